@@ -1,0 +1,30 @@
+#!lua flags=allow-oom
+-- release: return the seat of a booking the database has already released (hold expired,
+-- cancelled). allow-oom: it frees memory, so it must run when Redis is full.
+--
+-- Guarded like undo: it changes something only if the record still carries this nonce and this
+-- admission id, so a second run, or a run after the candidate booked again, changes nothing.
+-- Unlike undo it does not need the admission to be pending.
+--
+-- KEYS[1] {ev:ID}:adm      hash  code hash -> "nonce admission-id slot level admitted-ms"
+-- KEYS[2] {ev:ID}:taken    hash  level -> seats held
+-- KEYS[3] {ev:ID}:free     zset  free seat numbers
+-- KEYS[4] {ev:ID}:pending  zset  code hash -> admitted-ms
+-- ARGV[1] code hash
+-- ARGV[2] nonce
+-- ARGV[3] admission id
+-- Returns 1 when the seat went back to the pool, 0 when nothing changed.
+
+local record = redis.call('HGET', KEYS[1], ARGV[1])
+if not record then
+  return 0
+end
+local nonce, admission, slot, level = string.match(record, '^(%S+) (%S+) (%d+) (%S+) %d+$')
+if nonce ~= ARGV[2] or admission ~= ARGV[3] then
+  return 0
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('ZADD', KEYS[3], slot, slot)
+redis.call('HINCRBY', KEYS[2], level, -1)
+return 1

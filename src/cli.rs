@@ -1,0 +1,115 @@
+//! Command-line arguments. Every setting is a flag with a `SEATRUSH_*` environment twin.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "seatrush", version, about = "Flash-sale seat booking: fair admission through one atomic Redis script")]
+pub struct Cli {
+    #[command(flatten)]
+    pub settings: Settings,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Settings {
+    /// Redis primary: redis://host:port, or Sentinel: redis+sentinel://h1:26379,h2:26379/master-name
+    #[arg(long, env = "SEATRUSH_REDIS_URL", global = true, default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// Back-office database: sqlite://path or postgres://user@host/db
+    #[arg(long, env = "SEATRUSH_DATABASE_URL", global = true, default_value = "sqlite://seatrush.db")]
+    pub database_url: String,
+    /// Address `serve` listens on
+    #[arg(long, env = "SEATRUSH_LISTEN", global = true, default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// Bearer token for the operator endpoints (payment, cancel); unset refuses them all
+    #[arg(long, env = "SEATRUSH_OPERATOR_TOKEN", global = true, hide_env_values = true)]
+    pub operator_token: Option<String>,
+    /// Replicas that must acknowledge an admission before it counts (0 = no WAIT)
+    #[arg(long, env = "SEATRUSH_WAIT_REPLICAS", global = true, default_value_t = 1)]
+    pub wait_replicas: u32,
+    /// How long WAIT waits for the replicas, in milliseconds
+    #[arg(long, env = "SEATRUSH_WAIT_TIMEOUT_MS", global = true, default_value_t = 200)]
+    pub wait_timeout_ms: u64,
+    /// How old a pending admission must be before the reaper releases it, in milliseconds
+    #[arg(long, env = "SEATRUSH_PERSIST_TIMEOUT_MS", global = true, default_value_t = 10_000)]
+    pub persist_timeout_ms: u64,
+    /// Time between reaper passes, in milliseconds
+    #[arg(long, env = "SEATRUSH_REAPER_INTERVAL_MS", global = true, default_value_t = 1_000)]
+    pub reaper_interval_ms: u64,
+    /// Connections that group-commit admissions (each pipelines a batch, then one WAIT)
+    #[arg(long, env = "SEATRUSH_COMMIT_CONNECTIONS", global = true, default_value_t = 4)]
+    pub commit_connections: usize,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create or update events in the database
+    Event {
+        #[command(subcommand)]
+        action: EventAction,
+    },
+    /// Import registration codes (hashed on the way in)
+    Allowlist {
+        #[command(subcommand)]
+        action: AllowlistAction,
+    },
+    /// Check Redis, load the event and its allowlist into Redis, open the sale
+    Open(EventArg),
+    /// Close the sale
+    Close(EventArg),
+    /// Redis and database side by side, level by level
+    Status(EventArg),
+    /// Recompute counters and seats from the database and the pending admissions; report drift
+    Reconcile {
+        #[command(flatten)]
+        event: EventArg,
+        /// Write the recomputed counters and seat pool to Redis
+        #[arg(long)]
+        repair: bool,
+    },
+    /// The HTTP API, the booking page, the reaper and the hold expiry
+    Serve,
+    /// Everything on this machine: private Redis primary and replica, SQLite, a demo event
+    Demo(DemoArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum EventAction {
+    /// Create or update an event from a TOML file (refused while the event is open)
+    Apply { file: PathBuf },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AllowlistAction {
+    /// One code per line, or CSV with a `code` column; bad lines are reported, the rest imported
+    Import {
+        #[arg(long)]
+        event: String,
+        file: PathBuf,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct EventArg {
+    /// Event id
+    #[arg(long)]
+    pub event: String,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// After opening, send this many simulated candidates at the sale and print what they got
+    #[arg(long, default_value_t = 0)]
+    pub burst: usize,
+    /// Exit after the burst instead of serving until ctrl-c
+    #[arg(long)]
+    pub exit_after_burst: bool,
+    /// Seats in the demo event
+    #[arg(long, default_value_t = 60)]
+    pub seats: i64,
+    /// Registration codes in the demo allowlist
+    #[arg(long, default_value_t = 200)]
+    pub codes: usize,
+}

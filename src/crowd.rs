@@ -1,0 +1,110 @@
+//! Simulated candidates: each sends one booking attempt and retries it with the same nonce on
+//! `503` (or a lost connection) until it gets a final answer. Used by `demo --burst`, the tests
+//! and the fault runner; traffic goes only to the URL it is given.
+
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// Attempts per candidate before it gives up (each after a short backoff).
+pub const TRIES_MAX: usize = 60;
+const BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// One candidate's plan.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub code: String,
+    pub level: String,
+    /// Fills the honeypot field.
+    pub bot: bool,
+}
+
+/// What one candidate ended with.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub candidate: Candidate,
+    pub nonce: String,
+    /// Final HTTP status (0 if it never got one).
+    pub status: u16,
+    pub body: serde_json::Value,
+    pub tries: usize,
+}
+
+/// Counts of final answers by `status` string, plus retries.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    pub by_status: BTreeMap<String, usize>,
+    pub retries: usize,
+    pub gave_up: usize,
+}
+
+impl Tally {
+    pub fn of(outcomes: &[Outcome]) -> Self {
+        let mut t = Tally::default();
+        for o in outcomes {
+            let key = o.body.get("status").and_then(|s| s.as_str()).unwrap_or("no_answer").to_owned();
+            *t.by_status.entry(key).or_default() += 1;
+            t.retries += o.tries.saturating_sub(1);
+            if o.status == 0 || o.status == 503 {
+                t.gave_up += 1;
+            }
+        }
+        t
+    }
+}
+
+/// Runs every candidate, at most `concurrency` at once.
+pub async fn run(base_url: &str, event: &str, candidates: Vec<Candidate>, concurrency: usize) -> Vec<Outcome> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(concurrency)
+        .build()
+        .expect("an HTTP client with only a timeout set builds");
+    let url = Arc::new(format!("{base_url}/api/events/{event}/bookings"));
+    let gate = Arc::new(Semaphore::new(concurrency.max(1)));
+    let tasks: Vec<_> = candidates
+        .into_iter()
+        .map(|candidate| {
+            let (client, url, gate) = (client.clone(), url.clone(), gate.clone());
+            tokio::spawn(async move {
+                let _permit = gate.acquire_owned().await.expect("semaphore never closed");
+                attempt(&client, &url, candidate).await
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        outcomes.push(t.await.expect("candidate task does not panic"));
+    }
+    outcomes
+}
+
+/// One booking attempt with its retries.
+pub async fn attempt(client: &reqwest::Client, url: &str, candidate: Candidate) -> Outcome {
+    let nonce = uuid::Uuid::new_v4().to_string();
+    let body = json!({
+        "code": candidate.code,
+        "level": candidate.level,
+        "nonce": nonce,
+        "website": if candidate.bot { "https://spam.example" } else { "" },
+    });
+    let mut last = (0u16, serde_json::Value::Null);
+    for tries in 1..=TRIES_MAX {
+        match client.post(url).json(&body).send().await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let body = response.json().await.unwrap_or(serde_json::Value::Null);
+                if status != 503 {
+                    return Outcome { candidate, nonce, status, body, tries };
+                }
+                last = (status, body);
+            }
+            Err(_) => last = (0, serde_json::Value::Null),
+        }
+        let backoff = Duration::from_millis(10 * tries as u64).min(BACKOFF_MAX);
+        tokio::time::sleep(backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0)).await;
+    }
+    Outcome { candidate, nonce, status: last.0, body: last.1, tries: TRIES_MAX }
+}

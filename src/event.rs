@@ -1,0 +1,208 @@
+//! An event (one sale) as the operator writes it in TOML, and the identifier types that name
+//! events and levels. Parsed and checked once, when the file is applied.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+/// Most levels one event may have; every level is one hash field in Redis and one row in the database.
+pub const LEVELS_MAX: usize = 64;
+/// Most seats one event may have; the whole seat pool lives in one Redis sorted set.
+pub const TOTAL_SEATS_MAX: i64 = 10_000_000;
+/// Longest payment window: a week.
+pub const HOLD_SECONDS_MAX: i64 = 7 * 24 * 3600;
+
+fn is_slug(s: &str) -> bool {
+    (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+fn is_level_name(s: &str) -> bool {
+    (1..=32).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// An event id: `[a-z0-9-]`, 1–64 characters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(String);
+
+impl EventId {
+    pub fn parse(s: &str) -> Result<Self, EventError> {
+        is_slug(s).then(|| Self(s.to_owned())).ok_or_else(|| EventError::Id(s.chars().take(80).collect()))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A level name: `[A-Za-z0-9_-]`, 1–32 characters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LevelName(String);
+
+impl LevelName {
+    pub fn parse(s: &str) -> Option<Self> {
+        is_level_name(s).then(|| Self(s.to_owned()))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for LevelName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    #[error("event id {0:?} must be 1-64 characters of a-z, 0-9 and '-'")]
+    Id(String),
+    #[error("{0}")]
+    Toml(String),
+    #[error("total_seats must be between 1 and {TOTAL_SEATS_MAX}, got {0}")]
+    TotalSeats(i64),
+    #[error("hold_seconds must be between 1 and {HOLD_SECONDS_MAX}, got {0}")]
+    HoldSeconds(i64),
+    #[error("an event needs between 1 and {LEVELS_MAX} levels, got {0}")]
+    LevelCount(usize),
+    #[error("level name {0:?} must be 1-32 characters of A-Z, a-z, 0-9, '_' and '-'")]
+    LevelName(String),
+    #[error("level {0} has cap {1}; a cap must be between 1 and total_seats")]
+    LevelCap(String, i64),
+    #[error("{field} {value:?} is not an RFC 3339 time such as 2027-03-01T09:00:00Z")]
+    Time { field: &'static str, value: String },
+    #[error("closes_at must come after opens_at")]
+    Window,
+}
+
+/// One sale, as applied to the database.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    pub id: EventId,
+    pub total_seats: i64,
+    pub hold_seconds: i64,
+    /// Milliseconds since the Unix epoch; `None` opens when `open` runs.
+    pub opens_at_ms: Option<i64>,
+    pub closes_at_ms: Option<i64>,
+    pub levels: BTreeMap<LevelName, i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventFile {
+    id: String,
+    total_seats: i64,
+    hold_seconds: i64,
+    opens_at: Option<String>,
+    closes_at: Option<String>,
+    levels: BTreeMap<String, i64>,
+}
+
+fn parse_time(field: &'static str, value: Option<String>) -> Result<Option<i64>, EventError> {
+    let Some(value) = value else { return Ok(None) };
+    let t = OffsetDateTime::parse(&value, &Rfc3339).map_err(|_| EventError::Time { field, value })?;
+    Ok(Some((t.unix_timestamp_nanos() / 1_000_000) as i64))
+}
+
+impl EventSpec {
+    /// Parses and checks an event file; the error names the first problem found.
+    pub fn from_toml(text: &str) -> Result<Self, EventError> {
+        let file: EventFile = toml::from_str(text).map_err(|e| EventError::Toml(e.to_string()))?;
+        let id = EventId::parse(&file.id)?;
+        if !(1..=TOTAL_SEATS_MAX).contains(&file.total_seats) {
+            return Err(EventError::TotalSeats(file.total_seats));
+        }
+        if !(1..=HOLD_SECONDS_MAX).contains(&file.hold_seconds) {
+            return Err(EventError::HoldSeconds(file.hold_seconds));
+        }
+        if !(1..=LEVELS_MAX).contains(&file.levels.len()) {
+            return Err(EventError::LevelCount(file.levels.len()));
+        }
+        let mut levels = BTreeMap::new();
+        for (name, cap) in file.levels {
+            let level = LevelName::parse(&name).ok_or_else(|| EventError::LevelName(name.clone()))?;
+            if !(1..=file.total_seats).contains(&cap) {
+                return Err(EventError::LevelCap(name, cap));
+            }
+            levels.insert(level, cap);
+        }
+        let opens_at_ms = parse_time("opens_at", file.opens_at)?;
+        let closes_at_ms = parse_time("closes_at", file.closes_at)?;
+        if let (Some(o), Some(c)) = (opens_at_ms, closes_at_ms) {
+            if c <= o {
+                return Err(EventError::Window);
+            }
+        }
+        Ok(Self { id, total_seats: file.total_seats, hold_seconds: file.hold_seconds, opens_at_ms, closes_at_ms, levels })
+    }
+}
+
+/// Formats epoch milliseconds as RFC 3339 (UTC), as the API answers times.
+pub fn rfc3339_ms(ms: i64) -> String {
+    let t = OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    t.replace_nanosecond(0).unwrap_or(t).format(&Rfc3339).unwrap_or_default()
+}
+
+/// Now, in milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+id = "spring-exam"
+total_seats = 100
+hold_seconds = 900
+opens_at = "2027-03-01T09:00:00Z"
+closes_at = "2027-03-01T12:00:00Z"
+[levels]
+A1 = 30
+B1 = 50
+"#;
+
+    #[test]
+    fn the_design_example_parses() {
+        let spec = EventSpec::from_toml(GOOD).unwrap();
+        assert_eq!(spec.id.as_str(), "spring-exam");
+        assert_eq!(spec.levels.len(), 2);
+        assert_eq!(spec.opens_at_ms, Some(1_803_891_600_000));
+        assert_eq!(rfc3339_ms(spec.opens_at_ms.unwrap()), "2027-03-01T09:00:00Z");
+    }
+
+    #[test]
+    fn bad_files_name_their_problem() {
+        let bad_id = GOOD.replace("spring-exam", "Spring Exam");
+        assert!(matches!(EventSpec::from_toml(&bad_id), Err(EventError::Id(_))));
+        let zero = GOOD.replace("total_seats = 100", "total_seats = 0");
+        assert!(matches!(EventSpec::from_toml(&zero), Err(EventError::TotalSeats(0))));
+        let over_cap = GOOD.replace("B1 = 50", "B1 = 101");
+        assert!(matches!(EventSpec::from_toml(&over_cap), Err(EventError::LevelCap(_, 101))));
+        let bad_time = GOOD.replace("2027-03-01T12:00:00Z", "noon");
+        assert!(matches!(EventSpec::from_toml(&bad_time), Err(EventError::Time { field: "closes_at", .. })));
+        let backwards = GOOD.replace("12:00:00Z", "08:00:00Z");
+        assert!(matches!(EventSpec::from_toml(&backwards), Err(EventError::Window)));
+        let unknown = format!("colour = \"red\"\n{GOOD}");
+        assert!(matches!(EventSpec::from_toml(&unknown), Err(EventError::Toml(_))));
+        let bad_level = GOOD.replace("A1 = 30", "\"A 1\" = 30");
+        assert!(matches!(EventSpec::from_toml(&bad_level), Err(EventError::LevelName(_))));
+    }
+
+    #[test]
+    fn level_names_have_bounds() {
+        assert!(LevelName::parse("B1").is_some());
+        assert!(LevelName::parse(&"x".repeat(32)).is_some());
+        assert!(LevelName::parse(&"x".repeat(33)).is_none());
+        assert!(LevelName::parse("").is_none());
+        assert!(LevelName::parse("B 1").is_none());
+    }
+}

@@ -1,0 +1,136 @@
+//! The API's one error type. Each variant's doc says its status; `status_code` is exhaustive and
+//! the body always carries a stable snake_case `status`. 500s are logged, never echoed; 503s carry
+//! `Retry-After`.
+
+use crate::admission::Refusal;
+use crate::lifecycle::LifecycleError;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+/// Seconds a client should wait before retrying a 503.
+pub const RETRY_AFTER_SECONDS: u64 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: malformed JSON, a missing or over-long field, a code that does not normalise, an
+    /// unknown level.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// 401: missing or wrong operator token.
+    #[error("operator token required")]
+    Unauthorized,
+    /// 403: before `opens_at`.
+    #[error("not open")]
+    NotOpen,
+    /// 403: after `closes_at` or `close`.
+    #[error("closed")]
+    Closed,
+    /// 403: the code is not on the event's allowlist.
+    #[error("not registered")]
+    NotRegistered,
+    /// 404: unknown (or never opened) event, or no booking for this code.
+    #[error("not found")]
+    NotFound,
+    /// 409: the code holds a seat already.
+    #[error("already admitted")]
+    AlreadyAdmitted,
+    /// 409: the level is at its cap.
+    #[error("level full")]
+    LevelFull,
+    /// 409: no free seat.
+    #[error("sold out")]
+    SoldOut,
+    /// 409: the booking was released (hold expired or cancelled).
+    #[error("released")]
+    Released,
+    /// 503: Redis or the database could not finish the request; retrying with the same nonce is safe.
+    #[error("retry: {0}")]
+    Retry(&'static str),
+    /// 500: a bug or an unexpected failure; logged, not echoed.
+    #[error("internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NotOpen | ApiError::Closed | ApiError::NotRegistered => StatusCode::FORBIDDEN,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::AlreadyAdmitted | ApiError::LevelFull | ApiError::SoldOut | ApiError::Released => StatusCode::CONFLICT,
+            ApiError::Retry(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable `status` string of the body.
+    pub fn status(&self) -> &'static str {
+        match self {
+            ApiError::InvalidRequest(_) => "invalid_request",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::NotOpen => "not_open",
+            ApiError::Closed => "closed",
+            ApiError::NotRegistered => "not_registered",
+            ApiError::NotFound => "not_found",
+            ApiError::AlreadyAdmitted => "already_admitted",
+            ApiError::LevelFull => "level_full",
+            ApiError::SoldOut => "sold_out",
+            ApiError::Released => "released",
+            ApiError::Retry(_) => "retry",
+            ApiError::Internal(_) => "internal_error",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = match &self {
+            ApiError::InvalidRequest(detail) => json!({ "status": self.status(), "detail": detail }),
+            ApiError::Internal(err) => {
+                tracing::error!(error = ?err, "internal error");
+                json!({ "status": self.status() })
+            }
+            _ => json!({ "status": self.status() }),
+        };
+        let mut response = (self.status_code(), Json(body)).into_response();
+        if let ApiError::Retry(_) = self {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
+        if let ApiError::Unauthorized = self {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::UnknownEvent => ApiError::NotFound,
+            Refusal::UnknownLevel(level) => ApiError::InvalidRequest(format!("unknown level {level:?}")),
+            Refusal::NotOpen => ApiError::NotOpen,
+            Refusal::Closed => ApiError::Closed,
+            Refusal::NotRegistered => ApiError::NotRegistered,
+            Refusal::AlreadyAdmitted => ApiError::AlreadyAdmitted,
+            Refusal::LevelFull => ApiError::LevelFull,
+            Refusal::SoldOut => ApiError::SoldOut,
+            Refusal::Retry(why) => ApiError::Retry(why),
+        }
+    }
+}
+
+impl From<LifecycleError> for ApiError {
+    fn from(e: LifecycleError) -> Self {
+        match e {
+            LifecycleError::NotFound => ApiError::NotFound,
+            LifecycleError::Released => ApiError::Released,
+            LifecycleError::Store(err) => {
+                tracing::warn!(error = %err, "database unavailable");
+                ApiError::Retry("database unavailable")
+            }
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! seatrush: flash-sale seat booking. The admit path starts in `http/bookings.rs` (the edge) and
+//! runs through `admission.rs` (gates, script, WAIT, persist); the script itself is `lua/admit.lua`.
+
+pub mod admission;
+pub mod catalog;
+pub mod cli;
+pub mod code;
+pub mod committer;
+pub mod crowd;
+pub mod demo;
+pub mod event;
+pub mod faults;
+pub mod http;
+pub mod keys;
+pub mod lifecycle;
+pub mod loader;
+pub mod nonce;
+pub mod ops;
+pub mod reaper;
+pub mod reconcile;
+pub mod redis_link;
+pub mod redis_server;
+pub mod sale;
+pub mod scripts;
+pub mod stats;
+pub mod store;

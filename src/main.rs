@@ -1,0 +1,35 @@
+use clap::Parser;
+use seatrush::cli::{AllowlistAction, Cli, Command, EventAction};
+use seatrush::{demo, ops};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_env("SEATRUSH_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    if let Err(err) = run(cli).await {
+        eprintln!("seatrush: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let s = &cli.settings;
+    match cli.command {
+        Command::Event { action: EventAction::Apply { file } } => {
+            let spec = ops::apply_event(s, &file).await?;
+            println!("applied event {} ({} seats, {} levels)", spec.id, spec.total_seats, spec.levels.len());
+        }
+        Command::Allowlist { action: AllowlistAction::Import { event, file } } => ops::import_allowlist(s, &event, &file).await?,
+        Command::Open(e) => ops::open(s, &e.event).await?,
+        Command::Close(e) => ops::close(s, &e.event).await?,
+        Command::Status(e) => ops::status(s, &e.event).await?,
+        Command::Reconcile { event, repair } => ops::reconcile(s, &event.event, repair).await?,
+        Command::Serve => ops::serve(s).await?,
+        Command::Demo(args) => demo::run(s, &args).await?,
+    }
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! Private `redis-server` processes, for `seatrush demo`, the tests and the fault runner: a
+//! primary, replicas and Sentinels on free loopback ports, data in a temp dir, killed on `Drop`
+//! (and, through PR_SET_PDEATHSIG, when this process dies). Start-up is polled with a bound, and a
+//! server that fails to start has its log printed.
+
+use anyhow::{bail, Context};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer PING, or a replica to finish its first sync.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Options for one server.
+#[derive(Clone, Debug, Default)]
+pub struct RedisOptions {
+    /// `maxmemory`, e.g. "2mb"; None for unlimited.
+    pub maxmemory: Option<String>,
+    /// `maxmemory-policy`; noeviction unless a test wants to see `open` refuse another.
+    pub maxmemory_policy: Option<String>,
+    /// Port of the primary this server replicates.
+    pub replica_of: Option<u16>,
+    /// Extra `--name value` pairs.
+    pub extra: Vec<(String, String)>,
+}
+
+/// One running `redis-server`, killed when dropped.
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+/// A port the OS just handed out on 127.0.0.1.
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Children die with us even on SIGKILL, so no test or demo leaves a redis-server behind.
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
+fn spawn_error(err: std::io::Error) -> anyhow::Error {
+    if err.kind() == std::io::ErrorKind::NotFound {
+        anyhow::anyhow!(
+            "redis-server is not installed (or not on PATH). Install Redis 7 or later: \
+             `sudo apt-get install redis-server` on Debian/Ubuntu, `brew install redis` on macOS"
+        )
+    } else {
+        anyhow::Error::new(err).context("starting redis-server")
+    }
+}
+
+impl RedisServer {
+    pub fn start(options: &RedisOptions) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("seatrush-redis-").tempdir()?;
+        let port = free_port()?;
+        let mut cmd = Command::new("redis-server");
+        let policy = options.maxmemory_policy.clone().unwrap_or_else(|| "noeviction".into());
+        let mut args: Vec<(String, String)> = vec![
+            ("port".into(), port.to_string()),
+            ("bind".into(), "127.0.0.1".into()),
+            ("save".into(), String::new()),
+            ("appendonly".into(), "no".into()),
+            ("dir".into(), dir.path().display().to_string()),
+            ("logfile".into(), dir.path().join("redis.log").display().to_string()),
+            ("maxmemory-policy".into(), policy),
+            ("repl-diskless-sync-delay".into(), "0".into()),
+        ];
+        if let Some(max) = &options.maxmemory {
+            args.push(("maxmemory".into(), max.clone()));
+        }
+        if let Some(primary) = options.replica_of {
+            args.push(("replicaof".into(), format!("127.0.0.1 {primary}")));
+        }
+        args.extend(options.extra.iter().cloned());
+        for (name, value) in &args {
+            cmd.arg(format!("--{name}")).arg(value);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        die_with_parent(&mut cmd);
+        let child = cmd.spawn().map_err(spawn_error)?;
+        let mut server = Self { child, port, dir };
+        server.wait_ready(options.replica_of.is_some())?;
+        Ok(server)
+    }
+
+    /// A primary and one replica of it, the replica's first sync done.
+    pub fn start_pair() -> anyhow::Result<(Self, Self)> {
+        let primary = Self::start(&RedisOptions::default())?;
+        let replica = Self::start(&RedisOptions { replica_of: Some(primary.port), ..Default::default() })?;
+        Ok((primary, replica))
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    fn wait_ready(&mut self, replica: bool) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("redis-server on port {} exited at start-up ({status}); its log:\n{}", self.port, self.log_tail());
+            }
+            if self.is_ready(replica) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("redis-server on port {} not ready after {START_TIMEOUT:?}; its log:\n{}", self.port, self.log_tail());
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    fn is_ready(&self, replica: bool) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else { return false };
+        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else { return false };
+        let Ok(info) = redis::cmd("INFO").arg("replication").query::<String>(&mut conn) else { return false };
+        !replica || info.contains("master_link_status:up")
+    }
+
+    /// A synchronous command, for tests and the fault runner.
+    pub fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> anyhow::Result<T> {
+        let client = redis::Client::open(self.url())?;
+        let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        cmd.query(&mut conn).with_context(|| format!("redis on port {}", self.port))
+    }
+
+    /// SIGSTOP: the server stops answering, as a stalled or partitioned replica would.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after `pause`.
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, signal);
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        self.resume();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,92 @@
+//! [`Sale`]: everything one `serve` process needs to run sales — the Redis link and scripts, the
+//! committers, the event catalog, the database and the counters. The admit path
+//! (`admission.rs`), the life of a booking after it (`lifecycle.rs`) and the reaper
+//! (`reaper.rs`) are its methods.
+
+use crate::admission::Refusal;
+use crate::catalog::{Catalog, EventView};
+use crate::committer::{AckPolicy, Committer};
+use crate::event::EventId;
+use crate::faults::CrashPlan;
+use crate::redis_link::RedisLink;
+use crate::scripts::{self, Scripts};
+use crate::stats::Stats;
+use crate::store::Store;
+use redis::RedisError;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Settings of the request path and the background passes.
+#[derive(Clone, Debug)]
+pub struct SaleSettings {
+    pub ack: AckPolicy,
+    /// Committer connections (each a group-commit pipeline with its own WAIT).
+    pub commit_connections: usize,
+    /// How old a pending admission must be before the reaper releases it.
+    pub persist_timeout: Duration,
+    pub reaper_interval: Duration,
+}
+
+impl Default for SaleSettings {
+    fn default() -> Self {
+        Self {
+            ack: AckPolicy { replicas: 1, timeout: Duration::from_millis(200) },
+            commit_connections: 4,
+            persist_timeout: Duration::from_secs(10),
+            reaper_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+pub struct Sale {
+    pub link: Arc<RedisLink>,
+    pub scripts: Arc<Scripts>,
+    pub committer: Committer,
+    pub catalog: Catalog,
+    pub store: Store,
+    pub stats: Arc<Stats>,
+    pub crash: CrashPlan,
+    pub settings: SaleSettings,
+}
+
+impl Sale {
+    /// Wires the parts together and starts the committers (inside the current Tokio runtime).
+    pub fn new(link: Arc<RedisLink>, store: Store, settings: SaleSettings, crash: CrashPlan) -> Self {
+        let scripts = Arc::new(Scripts::new());
+        let committer = Committer::start(link.clone(), scripts.clone(), settings.ack, settings.commit_connections, crash.clone());
+        Self {
+            catalog: Catalog::new(link.clone()),
+            link,
+            scripts,
+            committer,
+            store,
+            stats: Arc::new(Stats::default()),
+            crash,
+            settings,
+        }
+    }
+
+    /// The opened event, or `UnknownEvent`.
+    pub async fn event(&self, id: &EventId) -> Result<Arc<EventView>, Refusal> {
+        match self.catalog.get(id).await {
+            Ok(Some(view)) => Ok(view),
+            Ok(None) => Err(Refusal::UnknownEvent),
+            Err(e) => Err(self.redis_failed(e)),
+        }
+    }
+
+    /// One script call on the shared connection.
+    pub async fn run_script(&self, script: &scripts::Script, cmd: redis::Cmd) -> Result<redis::Value, RedisError> {
+        let mut conn = self.link.shared().await?;
+        let result = scripts::run(&mut conn, script, &cmd).await;
+        if let Err(e) = &result {
+            self.link.report(e).await;
+        }
+        result
+    }
+
+    pub(crate) fn redis_failed(&self, err: RedisError) -> Refusal {
+        tracing::debug!(error = %err, "redis call failed");
+        Refusal::Retry("redis unavailable")
+    }
+}

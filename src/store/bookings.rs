@@ -1,0 +1,278 @@
+//! Booking rows and their transitions. Each transition is one transaction whose first statement
+//! writes, so SQLite takes its write lock up front instead of failing a lock upgrade.
+//!
+//! The row for (event, code hash) is the arbiter between the request path and the reaper: the
+//! request path claims it `held` for its admission, the reaper claims it `released` for the same
+//! admission; whichever conditional upsert lands first wins and the other sees the winner's row.
+
+use super::{on_pool, Store, StoreError};
+use crate::code::CodeHash;
+use crate::event::EventId;
+use crate::scripts::Admission;
+use std::collections::BTreeMap;
+
+/// A booking as the database holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BookingRow {
+    pub code: CodeHash,
+    pub nonce: String,
+    pub admission_id: String,
+    pub slot: i64,
+    pub level: String,
+    pub state: String,
+    pub admitted_ms: i64,
+    pub hold_until_ms: i64,
+}
+
+type RowTuple = (String, String, String, i64, String, String, i64, i64);
+const ROW_COLUMNS: &str = "code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms";
+
+fn to_row(t: RowTuple) -> Option<BookingRow> {
+    Some(BookingRow {
+        code: CodeHash::from_hex(&t.0)?,
+        nonce: t.1,
+        admission_id: t.2,
+        slot: t.3,
+        level: t.4,
+        state: t.5,
+        admitted_ms: t.6,
+        hold_until_ms: t.7,
+    })
+}
+
+impl BookingRow {
+    fn holds_seat(&self) -> bool {
+        self.state == "held" || self.state == "paid"
+    }
+}
+
+/// What the request path's write found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HoldOutcome {
+    /// The row is now held by this admission and counted.
+    Held,
+    /// A retry: this admission already holds the row (held or paid).
+    AlreadyHeld,
+    /// The reaper released this admission first; the client must retry.
+    ReaperWon,
+    /// Another admission of this code holds a seat.
+    CodeHasSeat,
+    LevelFull,
+    SoldOut,
+    /// Another booking holds this seat number (Redis and the database disagree).
+    SeatTaken,
+}
+
+/// What the reaper's write found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReapOutcome {
+    /// The row now says released for this admission: return the seat in Redis.
+    Released,
+    /// A reaper already released it: return the seat in Redis (the guard makes it idempotent).
+    AlreadyReleased,
+    /// The request path persisted it: only drop the pending entry.
+    Persisted,
+    /// Another admission of this code holds the seat in the database; this one is a phantom.
+    OtherHolds,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PayOutcome {
+    Paid,
+    AlreadyPaid,
+    Released,
+    NotFound,
+}
+
+/// Held and paid rows per level.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LevelCounts {
+    pub held: i64,
+    pub paid: i64,
+}
+
+const UPSERT: &str = "INSERT INTO bookings (event_id, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms, updated_ms)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+     ON CONFLICT (event_id, code_hash) DO UPDATE SET nonce = excluded.nonce, admission_id = excluded.admission_id,
+       slot = excluded.slot, level = excluded.level, state = excluded.state, admitted_ms = excluded.admitted_ms,
+       hold_until_ms = excluded.hold_until_ms, updated_ms = excluded.updated_ms, redis_synced = 1
+     WHERE bookings.state = 'released' AND bookings.admission_id <> excluded.admission_id";
+
+impl Store {
+    /// The request path's write: claim the row `held` for this admission and count it against the
+    /// level and the event, or report why the database refuses.
+    pub async fn hold(&self, event: &EventId, adm: &Admission, hold_until_ms: i64, now_ms: i64) -> Result<HoldOutcome, StoreError> {
+        let claimed = on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let upsert = sqlx::query(UPSERT)
+                .bind(event.as_str()).bind(adm.code.as_str()).bind(adm.nonce.as_str()).bind(&adm.id)
+                .bind(adm.slot).bind(&adm.level).bind("held").bind(adm.admitted_ms).bind(hold_until_ms).bind(now_ms)
+                .execute(&mut *tx).await;
+            match upsert {
+                Err(sqlx::Error::Database(db)) if db.is_unique_violation() => return Ok(HoldOutcome::SeatTaken),
+                Err(e) => return Err(e.into()),
+                Ok(done) if done.rows_affected() == 0 => false,
+                Ok(_) => {
+                    let level = sqlx::query("UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap")
+                        .bind(event.as_str()).bind(&adm.level).execute(&mut *tx).await?;
+                    if level.rows_affected() == 0 {
+                        return Ok(HoldOutcome::LevelFull);
+                    }
+                    let seats = sqlx::query("UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats")
+                        .bind(event.as_str()).execute(&mut *tx).await?;
+                    if seats.rows_affected() == 0 {
+                        return Ok(HoldOutcome::SoldOut);
+                    }
+                    tx.commit().await?;
+                    true
+                }
+            }
+        });
+        if claimed {
+            return Ok(HoldOutcome::Held);
+        }
+        let row = self.booking(event, &adm.code).await?;
+        Ok(match row {
+            Some(r) if r.admission_id == adm.id && r.holds_seat() => HoldOutcome::AlreadyHeld,
+            Some(r) if r.admission_id == adm.id => HoldOutcome::ReaperWon,
+            _ => HoldOutcome::CodeHasSeat,
+        })
+    }
+
+    /// The reaper's write for an admission that stayed pending too long: claim the row `released`
+    /// for it, unless the request path got there first.
+    pub async fn reap(&self, event: &EventId, adm: &Admission, now_ms: i64) -> Result<ReapOutcome, StoreError> {
+        let claimed = on_pool!(self, pool => {
+            sqlx::query(UPSERT)
+                .bind(event.as_str()).bind(adm.code.as_str()).bind(adm.nonce.as_str()).bind(&adm.id)
+                .bind(adm.slot).bind(&adm.level).bind("released").bind(adm.admitted_ms).bind(adm.admitted_ms).bind(now_ms)
+                .execute(pool).await?.rows_affected() == 1
+        });
+        if claimed {
+            return Ok(ReapOutcome::Released);
+        }
+        let row = self.booking(event, &adm.code).await?;
+        Ok(match row {
+            Some(r) if r.admission_id == adm.id && r.holds_seat() => ReapOutcome::Persisted,
+            Some(r) if r.admission_id == adm.id => ReapOutcome::AlreadyReleased,
+            _ => ReapOutcome::OtherHolds,
+        })
+    }
+
+    pub async fn booking(&self, event: &EventId, code: &CodeHash) -> Result<Option<BookingRow>, StoreError> {
+        let sql = format!("SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND code_hash = $2");
+        on_pool!(self, pool => {
+            let row: Option<RowTuple> = sqlx::query_as(&sql).bind(event.as_str()).bind(code.as_str()).fetch_optional(pool).await?;
+            Ok(row.and_then(to_row))
+        })
+    }
+
+    /// Marks a held booking paid, if its hold has not run out.
+    pub async fn pay(&self, event: &EventId, code: &CodeHash, now_ms: i64) -> Result<PayOutcome, StoreError> {
+        let paid = on_pool!(self, pool => {
+            sqlx::query("UPDATE bookings SET state = 'paid', updated_ms = $3 WHERE event_id = $1 AND code_hash = $2 AND state = 'held' AND hold_until_ms > $3")
+                .bind(event.as_str()).bind(code.as_str()).bind(now_ms).execute(pool).await?.rows_affected() == 1
+        });
+        if paid {
+            return Ok(PayOutcome::Paid);
+        }
+        Ok(match self.booking(event, code).await? {
+            None => PayOutcome::NotFound,
+            Some(r) if r.state == "paid" => PayOutcome::AlreadyPaid,
+            // released, or held past its hold: the expiry pass is about to release it
+            Some(_) => PayOutcome::Released,
+        })
+    }
+
+    /// Releases one booking in the database (from one of `from_states`) and uncounts it; Redis is
+    /// told afterwards, and `redis_synced` stays 0 until it has been.
+    /// Returns the row as it was, or None when it was not in one of those states.
+    pub async fn release(&self, event: &EventId, code: &CodeHash, from_states: &[&str], now_ms: i64) -> Result<Option<BookingRow>, StoreError> {
+        let Some(row) = self.booking(event, code).await? else { return Ok(None) };
+        if !from_states.contains(&row.state.as_str()) {
+            return Ok(None);
+        }
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let done = sqlx::query(
+                "UPDATE bookings SET state = 'released', redis_synced = 0, updated_ms = $5
+                 WHERE event_id = $1 AND code_hash = $2 AND admission_id = $3 AND state = $4",
+            )
+            .bind(event.as_str()).bind(code.as_str()).bind(&row.admission_id).bind(&row.state).bind(now_ms)
+            .execute(&mut *tx).await?;
+            if done.rows_affected() == 0 {
+                return Ok(None);
+            }
+            sqlx::query("UPDATE levels SET taken = taken - 1 WHERE event_id = $1 AND name = $2")
+                .bind(event.as_str()).bind(&row.level).execute(&mut *tx).await?;
+            sqlx::query("UPDATE events SET taken = taken - 1 WHERE id = $1").bind(event.as_str()).execute(&mut *tx).await?;
+            tx.commit().await?;
+        });
+        Ok(Some(row))
+    }
+
+    /// Held bookings whose hold ran out, oldest first.
+    pub async fn expired_holds(&self, now_ms: i64, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
+        let sql = format!("SELECT event_id, {ROW_COLUMNS} FROM bookings WHERE state = 'held' AND hold_until_ms <= $1 ORDER BY hold_until_ms LIMIT $2");
+        self.rows_with_event(&sql, now_ms, limit).await
+    }
+
+    /// Releases in the database that Redis has not yet been told about.
+    pub async fn unsynced_releases(&self, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
+        let sql = format!("SELECT event_id, {ROW_COLUMNS} FROM bookings WHERE redis_synced = 0 AND updated_ms >= $1 ORDER BY updated_ms LIMIT $2");
+        self.rows_with_event(&sql, 0, limit).await
+    }
+
+    async fn rows_with_event(&self, sql: &str, arg: i64, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
+        on_pool!(self, pool => {
+            let rows: Vec<(String, String, String, String, i64, String, String, i64, i64)> =
+                sqlx::query_as(sql).bind(arg).bind(limit).fetch_all(pool).await?;
+            Ok(rows.into_iter().filter_map(|(ev, a, b, c, d, e, f, g, h)| {
+                Some((EventId::parse(&ev).ok()?, to_row((a, b, c, d, e, f, g, h))?))
+            }).collect())
+        })
+    }
+
+    pub async fn mark_release_synced(&self, event: &EventId, row: &BookingRow) -> Result<(), StoreError> {
+        on_pool!(self, pool => {
+            sqlx::query("UPDATE bookings SET redis_synced = 1 WHERE event_id = $1 AND code_hash = $2 AND admission_id = $3 AND state = 'released'")
+                .bind(event.as_str()).bind(row.code.as_str()).bind(&row.admission_id).execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    /// Every held or paid row of an event.
+    pub async fn seat_holders(&self, event: &EventId) -> Result<Vec<BookingRow>, StoreError> {
+        let sql = format!("SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND state IN ('held', 'paid') ORDER BY slot");
+        on_pool!(self, pool => {
+            let rows: Vec<RowTuple> = sqlx::query_as(&sql).bind(event.as_str()).fetch_all(pool).await?;
+            Ok(rows.into_iter().filter_map(to_row).collect())
+        })
+    }
+
+    /// Held and paid rows per level, counted from the rows themselves (not the counters).
+    pub async fn level_counts(&self, event: &EventId) -> Result<BTreeMap<String, LevelCounts>, StoreError> {
+        on_pool!(self, pool => {
+            let rows: Vec<(String, String, i64)> = sqlx::query_as(
+                "SELECT level, state, COUNT(*) FROM bookings WHERE event_id = $1 AND state IN ('held', 'paid') GROUP BY level, state",
+            ).bind(event.as_str()).fetch_all(pool).await?;
+            let mut counts: BTreeMap<String, LevelCounts> = BTreeMap::new();
+            for (level, state, n) in rows {
+                let entry = counts.entry(level).or_default();
+                if state == "paid" { entry.paid = n } else { entry.held = n }
+            }
+            Ok(counts)
+        })
+    }
+
+    /// The database's own counters: (event taken, level -> taken).
+    pub async fn counters(&self, event: &EventId) -> Result<(i64, BTreeMap<String, i64>), StoreError> {
+        on_pool!(self, pool => {
+            let (taken,): (i64,) = sqlx::query_as("SELECT taken FROM events WHERE id = $1")
+                .bind(event.as_str()).fetch_optional(pool).await?.ok_or_else(|| StoreError::UnknownEvent(event.to_string()))?;
+            let levels: Vec<(String, i64)> = sqlx::query_as("SELECT name, taken FROM levels WHERE event_id = $1")
+                .bind(event.as_str()).fetch_all(pool).await?;
+            Ok((taken, levels.into_iter().collect()))
+        })
+    }
+}

@@ -1,0 +1,155 @@
+//! Events, their levels and their allowlists in the database.
+
+use super::{on_pool, Store, StoreError};
+use crate::code::CodeHash;
+use crate::event::{EventId, EventSpec, LevelName};
+use std::collections::BTreeMap;
+
+/// Code hashes per INSERT when importing; keeps each statement well under both backends'
+/// bind-parameter limits.
+const IMPORT_BATCH_ROWS: usize = 5_000;
+
+/// An event as the database holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredEvent {
+    pub spec: EventSpec,
+    /// draft, open or closed
+    pub state: String,
+}
+
+impl Store {
+    /// Creates or updates an event and its levels; refused while the event is open. A level that
+    /// already has bookings cannot be removed, and no cap may fall below its bookings (the
+    /// database's checks say so).
+    pub async fn apply_event(&self, spec: &EventSpec) -> Result<(), StoreError> {
+        let id = spec.id.as_str();
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let state: Option<(String,)> = sqlx::query_as("SELECT state FROM events WHERE id = $1")
+                .bind(id).fetch_optional(&mut *tx).await?;
+            if matches!(&state, Some((s,)) if s == "open") {
+                return Err(StoreError::EventOpen(id.to_owned()));
+            }
+            sqlx::query(
+                "INSERT INTO events (id, total_seats, hold_seconds, opens_at_ms, closes_at_ms) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (id) DO UPDATE SET total_seats = excluded.total_seats, hold_seconds = excluded.hold_seconds,
+                 opens_at_ms = excluded.opens_at_ms, closes_at_ms = excluded.closes_at_ms",
+            )
+            .bind(id).bind(spec.total_seats).bind(spec.hold_seconds).bind(spec.opens_at_ms).bind(spec.closes_at_ms)
+            .execute(&mut *tx).await.map_err(|e| refusal(e, "total_seats is below the seats already booked"))?;
+            let existing: Vec<(String, i64)> = sqlx::query_as("SELECT name, taken FROM levels WHERE event_id = $1")
+                .bind(id).fetch_all(&mut *tx).await?;
+            for (name, taken) in existing {
+                if LevelName::parse(&name).is_some_and(|l| spec.levels.contains_key(&l)) {
+                    continue;
+                }
+                if taken > 0 {
+                    return Err(StoreError::Refused(format!("level {name} has {taken} bookings and cannot be removed")));
+                }
+                sqlx::query("DELETE FROM levels WHERE event_id = $1 AND name = $2").bind(id).bind(&name).execute(&mut *tx).await?;
+            }
+            for (level, cap) in &spec.levels {
+                sqlx::query(
+                    "INSERT INTO levels (event_id, name, cap) VALUES ($1, $2, $3)
+                     ON CONFLICT (event_id, name) DO UPDATE SET cap = excluded.cap",
+                )
+                .bind(id).bind(level.as_str()).bind(cap)
+                .execute(&mut *tx).await.map_err(|e| refusal(e, &format!("cap of {level} is below its bookings")))?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    pub async fn event(&self, id: &EventId) -> Result<StoredEvent, StoreError> {
+        on_pool!(self, pool => {
+            let row: Option<(i64, i64, Option<i64>, Option<i64>, String)> = sqlx::query_as(
+                "SELECT total_seats, hold_seconds, opens_at_ms, closes_at_ms, state FROM events WHERE id = $1",
+            ).bind(id.as_str()).fetch_optional(pool).await?;
+            let (total_seats, hold_seconds, opens_at_ms, closes_at_ms, state) =
+                row.ok_or_else(|| StoreError::UnknownEvent(id.to_string()))?;
+            let levels: Vec<(String, i64)> = sqlx::query_as("SELECT name, cap FROM levels WHERE event_id = $1 ORDER BY name")
+                .bind(id.as_str()).fetch_all(pool).await?;
+            let levels: BTreeMap<LevelName, i64> =
+                levels.into_iter().filter_map(|(name, cap)| Some((LevelName::parse(&name)?, cap))).collect();
+            let spec = EventSpec { id: id.clone(), total_seats, hold_seconds, opens_at_ms, closes_at_ms, levels };
+            Ok(StoredEvent { spec, state })
+        })
+    }
+
+    /// Records draft, open or closed.
+    pub async fn set_event_state(&self, id: &EventId, state: &str) -> Result<(), StoreError> {
+        on_pool!(self, pool => {
+            let done = sqlx::query("UPDATE events SET state = $2 WHERE id = $1").bind(id.as_str()).bind(state).execute(pool).await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::UnknownEvent(id.to_string()));
+            }
+            Ok(())
+        })
+    }
+
+    /// Adds code hashes to an event's allowlist in large batches inside one transaction;
+    /// hashes already there are skipped, so a second import of the same file changes nothing.
+    /// Returns how many were new.
+    pub async fn import_allowlist(&self, id: &EventId, hashes: &[CodeHash]) -> Result<u64, StoreError> {
+        self.event(id).await?;
+        let mut added = 0;
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            for batch in hashes.chunks(IMPORT_BATCH_ROWS) {
+                let mut insert = sqlx::QueryBuilder::new("INSERT INTO allowlist (event_id, code_hash) ");
+                insert.push_values(batch, |mut row, hash| {
+                    row.push_bind(id.as_str()).push_bind(hash.as_str());
+                });
+                insert.push(" ON CONFLICT DO NOTHING");
+                added += insert.build().execute(&mut *tx).await?.rows_affected();
+            }
+            tx.commit().await?;
+        });
+        Ok(added)
+    }
+
+    pub async fn allowlist_count(&self, id: &EventId) -> Result<i64, StoreError> {
+        on_pool!(self, pool => {
+            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM allowlist WHERE event_id = $1")
+                .bind(id.as_str()).fetch_one(pool).await?;
+            Ok(n)
+        })
+    }
+
+    /// One page of the allowlist in hash order, after `after` (keyset pagination, so loading a
+    /// million codes never holds them all in one result).
+    pub async fn allowlist_page(&self, id: &EventId, after: &str, limit: i64) -> Result<Vec<String>, StoreError> {
+        on_pool!(self, pool => {
+            let rows: Vec<(String,)> = sqlx::query_as(
+                "SELECT code_hash FROM allowlist WHERE event_id = $1 AND code_hash > $2 ORDER BY code_hash LIMIT $3",
+            ).bind(id.as_str()).bind(after).bind(limit).fetch_all(pool).await?;
+            Ok(rows.into_iter().map(|(h,)| h).collect())
+        })
+    }
+
+    pub async fn is_allowed(&self, id: &EventId, hash: &CodeHash) -> Result<bool, StoreError> {
+        on_pool!(self, pool => {
+            let row: Option<(i64,)> = sqlx::query_as("SELECT CAST(1 AS BIGINT) FROM allowlist WHERE event_id = $1 AND code_hash = $2")
+                .bind(id.as_str()).bind(hash.as_str()).fetch_optional(pool).await?;
+            Ok(row.is_some())
+        })
+    }
+
+    /// Ids of events in a given state.
+    pub async fn events_in_state(&self, state: &str) -> Result<Vec<EventId>, StoreError> {
+        on_pool!(self, pool => {
+            let rows: Vec<(String,)> = sqlx::query_as("SELECT id FROM events WHERE state = $1 ORDER BY id")
+                .bind(state).fetch_all(pool).await?;
+            Ok(rows.into_iter().filter_map(|(id,)| EventId::parse(&id).ok()).collect())
+        })
+    }
+}
+
+/// A CHECK violation while applying an event means the new numbers do not fit the bookings.
+fn refusal(err: sqlx::Error, what: &str) -> StoreError {
+    match &err {
+        sqlx::Error::Database(db) if db.is_check_violation() => StoreError::Refused(what.to_owned()),
+        _ => StoreError::Sql(err),
+    }
+}

@@ -1,0 +1,111 @@
+//! The back-office database: events, the allowlist (code hashes only) and every booking that
+//! counts. One [`Store`] over two real backends, SQLite (the default, a file) and PostgreSQL; the
+//! SQL is shared (`$N` placeholders work in both) and runs through [`on_pool!`].
+
+mod bookings;
+mod events;
+
+pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome};
+pub use events::StoredEvent;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Connections per pool; SQLite serialises writers anyway, PostgreSQL gets a few for parallel commits.
+const SQLITE_POOL_MAX: u32 = 4;
+const POSTGRES_POOL_MAX: u32 = 16;
+/// How long an SQLite writer waits for another process's write lock before failing.
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Clone, Debug)]
+pub enum Store {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs the same code against whichever pool the store holds; the SQL must suit both.
+macro_rules! on_pool {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match $store {
+            $crate::store::Store::Sqlite($pool) => $body,
+            $crate::store::Store::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_pool;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database URL must start with sqlite:// or postgres:// (got {0:?})")]
+    Url(String),
+    #[error("cannot reach the database: {0}")]
+    Connect(sqlx::Error),
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("unknown event {0:?}: apply its file first (seatrush event apply FILE.toml)")]
+    UnknownEvent(String),
+    #[error("event {0:?} is open; close it before changing it")]
+    EventOpen(String),
+    #[error("{0}")]
+    Refused(String),
+    #[error("database error: {0}")]
+    Sql(#[from] sqlx::Error),
+}
+
+impl Store {
+    /// Connects (creating an SQLite file if needed) and brings the schema up to date.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let store = if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)
+                .map_err(|_| StoreError::Url(url.to_owned()))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(SQLITE_BUSY_TIMEOUT)
+                .foreign_keys(true);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(SQLITE_POOL_MAX)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect_with(options)
+                .await
+                .map_err(StoreError::Connect)?;
+            Store::Sqlite(pool)
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let options = PgConnectOptions::from_str(url).map_err(|_| StoreError::Url(url.to_owned()))?;
+            let pool = PgPoolOptions::new()
+                .max_connections(POSTGRES_POOL_MAX)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect_with(options)
+                .await
+                .map_err(StoreError::Connect)?;
+            Store::Postgres(pool)
+        } else {
+            return Err(StoreError::Url(url.to_owned()));
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(pool) => sqlx::migrate!("migrations/sqlite").run(pool).await?,
+            Store::Postgres(pool) => sqlx::migrate!("migrations/postgres").run(pool).await?,
+        }
+        Ok(())
+    }
+
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => "sqlite",
+            Store::Postgres(_) => "postgres",
+        }
+    }
+
+    /// True when the database answers a trivial query.
+    pub async fn ping(&self) -> bool {
+        on_pool!(self, pool => sqlx::query("SELECT 1").execute(pool).await.is_ok())
+    }
+}
