@@ -35,7 +35,7 @@ fn demo_spec(seats: i64) -> EventSpec {
 
 pub async fn run(settings: &Settings, args: &DemoArgs) -> anyhow::Result<()> {
     let (primary, replica) = tokio::task::spawn_blocking(RedisServer::start_pair).await??;
-    primary.command::<()>(redis::cmd("CONFIG").arg("SET").arg("min-replicas-to-write").arg(1))?;
+    let primary = tokio::task::spawn_blocking(move || primary.require_replicas(1).map(|_| primary)).await??;
     let dir = tempfile::Builder::new().prefix("seatrush-demo-").tempdir()?;
     let mut settings = settings.clone();
     settings.redis_url = primary.url();

@@ -150,6 +150,24 @@ impl RedisServer {
         cmd.query(&mut conn).with_context(|| format!("redis on port {}", self.port))
     }
 
+    /// Sets `min-replicas-to-write` and waits until the primary counts that many good replicas
+    /// (it re-counts once a second, so writes would fail with NOREPLICAS until then).
+    pub fn require_replicas(&self, n: u32) -> anyhow::Result<()> {
+        self.command::<()>(redis::cmd("CONFIG").arg("SET").arg("min-replicas-to-write").arg(n))?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        let want = format!("min_slaves_good_slaves:{n}");
+        loop {
+            let info: String = self.command(redis::cmd("INFO").arg("replication"))?;
+            if info.contains(&want) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("primary on port {} still lacks {n} good replicas after {START_TIMEOUT:?}", self.port);
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
     /// SIGSTOP: the server stops answering, as a stalled or partitioned replica would.
     pub fn pause(&self) {
         self.signal(libc::SIGSTOP);
