@@ -95,11 +95,50 @@ impl RedisServer {
         Ok(server)
     }
 
-    /// A primary and one replica of it, the replica's first sync done.
+    /// A primary and one replica of it, the replica's first sync done and the replica online.
     pub fn start_pair() -> anyhow::Result<(Self, Self)> {
         let primary = Self::start(&RedisOptions::default())?;
         let replica = Self::start(&RedisOptions { replica_of: Some(primary.port), ..Default::default() })?;
+        primary.wait_replicas_online(1)?;
         Ok((primary, replica))
+    }
+
+    /// Waits until a write on the primary is acknowledged by `n` replicas. INFO says "online"
+    /// too early: after a diskless sync the primary streams nothing to a replica (not even the
+    /// GETACK that WAIT sends) until the replica's first periodic ACK, up to a second later.
+    pub fn wait_replicas_online(&self, n: usize) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut probe = redis::pipe();
+        probe.cmd("SET").arg("seatrush:replica-probe").arg(1).ignore().cmd("WAIT").arg(n).arg(50).cmd("DEL").arg("seatrush:replica-probe").ignore();
+        loop {
+            let (acked,): (usize,) = self.command_pipe(&probe)?;
+            if acked >= n {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("redis on port {}: {n} replicas did not acknowledge a write within {START_TIMEOUT:?}", self.port);
+            }
+        }
+    }
+
+    fn command_pipe<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> anyhow::Result<T> {
+        let client = redis::Client::open(self.url())?;
+        let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        pipe.query(&mut conn).with_context(|| format!("redis on port {}", self.port))
+    }
+
+    fn poll_info(&self, done: impl Fn(&str) -> bool, what: &str) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let info: String = self.command(redis::cmd("INFO").arg("replication"))?;
+            if done(&info) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("redis on port {}: no {what} after {START_TIMEOUT:?}", self.port);
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
     }
 
     pub fn url(&self) -> String {
@@ -154,18 +193,8 @@ impl RedisServer {
     /// (it re-counts once a second, so writes would fail with NOREPLICAS until then).
     pub fn require_replicas(&self, n: u32) -> anyhow::Result<()> {
         self.command::<()>(redis::cmd("CONFIG").arg("SET").arg("min-replicas-to-write").arg(n))?;
-        let deadline = Instant::now() + START_TIMEOUT;
         let want = format!("min_slaves_good_slaves:{n}");
-        loop {
-            let info: String = self.command(redis::cmd("INFO").arg("replication"))?;
-            if info.contains(&want) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("primary on port {} still lacks {n} good replicas after {START_TIMEOUT:?}", self.port);
-            }
-            std::thread::sleep(POLL_INTERVAL);
-        }
+        self.poll_info(|info| info.contains(&want), &format!("{n} good replicas"))
     }
 
     /// SIGSTOP: the server stops answering, as a stalled or partitioned replica would.

@@ -1,0 +1,7 @@
+//! Integration tests, built as one binary. Every test gets its own Redis (primary and replica,
+//! started here), its own database and the app on port 0.
+
+mod admission;
+mod gates;
+mod helpers;
+mod scripts;

@@ -1,0 +1,99 @@
+//! Each Lua script called directly against a real Redis: replies, guards, and error replies.
+
+use crate::helpers::{nonce, spawn_app, AppOptions};
+use seatrush::nonce::Nonce;
+use seatrush::scripts::{decode_changed, run, Admission, AdmitReply, Scripts};
+
+async fn admit(app: &crate::helpers::TestApp, code: &str, level: &str, n: &str, id: &str) -> Result<AdmitReply, redis::RedisError> {
+    let scripts = Scripts::new();
+    let mut conn = app.sale.link.check().await.unwrap();
+    let cmd = scripts.admit_call(&app.keys, &app.hash(code), &Nonce::parse(n).unwrap(), level, id);
+    run(&mut conn, &scripts.admit, &cmd).await.map(|v| AdmitReply::decode(v).unwrap())
+}
+
+async fn back(app: &crate::helpers::TestApp, release: bool, adm: &Admission) -> bool {
+    let scripts = Scripts::new();
+    let script = if release { &scripts.release } else { &scripts.undo };
+    let mut conn = app.sale.link.check().await.unwrap();
+    decode_changed(run(&mut conn, script, &scripts.return_call(script, &app.keys, adm)).await.unwrap()).unwrap()
+}
+
+fn admission(app: &crate::helpers::TestApp, code: &str, n: &str, reply: &AdmitReply) -> Admission {
+    let AdmitReply::Admitted { slot, admitted_ms, admission, level } = reply.clone() else { panic!("{reply:?}") };
+    Admission { code: app.hash(code), nonce: Nonce::parse(n).unwrap(), id: admission, slot, level, admitted_ms }
+}
+
+#[tokio::test]
+async fn admit_returns_each_documented_reply_in_check_order() {
+    let app = spawn_app(AppOptions { seats: 2, levels: vec![("A1", 1), ("B1", 2)], replica: false, ..Default::default() }).await;
+    let n = nonce("n");
+    let first = admit(&app, "CODE-00001", "A1", &n, "id-1").await.unwrap();
+    assert!(matches!(&first, AdmitReply::Admitted { slot: 1, admission, .. } if admission == "id-1"));
+    // same nonce: the original, whatever the new call's level or admission id
+    assert_eq!(admit(&app, "CODE-00001", "B1", &n, "id-2").await.unwrap(), first);
+    assert_eq!(admit(&app, "CODE-00001", "A1", &nonce("m"), "id-3").await.unwrap(), AdmitReply::AlreadyAdmitted);
+    assert_eq!(admit(&app, "CODE-00002", "A1", &nonce("m"), "id-4").await.unwrap(), AdmitReply::LevelFull);
+    assert!(matches!(admit(&app, "CODE-00002", "B1", &nonce("m"), "id-5").await.unwrap(), AdmitReply::Admitted { slot: 2, .. }));
+    assert_eq!(admit(&app, "CODE-00003", "B1", &nonce("m"), "id-6").await.unwrap(), AdmitReply::SoldOut);
+    let err = admit(&app, "CODE-00003", "ZZ", &nonce("m"), "id-7").await.unwrap_err();
+    assert!(err.to_string().contains("unknown level"), "{err}");
+}
+
+#[tokio::test]
+async fn undo_runs_once_and_a_second_run_changes_nothing() {
+    let app = spawn_app(AppOptions { replica: false, ..Default::default() }).await;
+    let before = app.redis_state();
+    let n = nonce("n");
+    let reply = admit(&app, "CODE-00001", "A1", &n, "id-1").await.unwrap();
+    let adm = admission(&app, "CODE-00001", &n, &reply);
+    assert!(back(&app, false, &adm).await, "the first undo returns the seat");
+    assert_eq!(app.redis_state(), before);
+    assert!(!back(&app, false, &adm).await, "the second undo is a no-op");
+    assert_eq!(app.redis_state(), before, "and changed nothing");
+}
+
+#[tokio::test]
+async fn undo_needs_the_same_nonce_and_admission_and_a_pending_entry() {
+    let app = spawn_app(AppOptions { replica: false, ..Default::default() }).await;
+    let n = nonce("n");
+    let reply = admit(&app, "CODE-00001", "A1", &n, "id-1").await.unwrap();
+    let adm = admission(&app, "CODE-00001", &n, &reply);
+    let other_nonce = Admission { nonce: Nonce::parse(&nonce("x")).unwrap(), ..adm.clone() };
+    let other_id = Admission { id: "id-9".into(), ..adm.clone() };
+    assert!(!back(&app, false, &other_nonce).await);
+    assert!(!back(&app, false, &other_id).await);
+    let scripts = Scripts::new();
+    let mut conn = app.sale.link.check().await.unwrap();
+    assert!(decode_changed(run(&mut conn, &scripts.persisted, &scripts.persisted_call(&app.keys, &adm)).await.unwrap()).unwrap());
+    assert!(!back(&app, false, &adm).await, "a persisted admission is not undone; only release returns it");
+    assert!(back(&app, true, &adm).await);
+    assert!(!back(&app, true, &adm).await, "the second release is a no-op");
+}
+
+#[tokio::test]
+async fn a_stale_release_cannot_free_the_seat_of_a_later_booking() {
+    let app = spawn_app(AppOptions { replica: false, ..Default::default() }).await;
+    let n1 = nonce("first");
+    let first = admission(&app, "CODE-00001", &n1, &admit(&app, "CODE-00001", "A1", &n1, "id-1").await.unwrap());
+    assert!(back(&app, true, &first).await);
+    let n2 = nonce("second");
+    let second = admission(&app, "CODE-00001", &n2, &admit(&app, "CODE-00001", "A1", &n2, "id-2").await.unwrap());
+    let held = app.redis_state();
+    assert!(!back(&app, true, &first).await, "the old booking's release is refused by the guard");
+    assert!(!back(&app, false, &first).await);
+    assert_eq!(app.redis_state(), held);
+    assert!(back(&app, false, &second).await);
+}
+
+#[tokio::test]
+async fn undo_and_release_run_on_a_full_redis_but_admit_does_not() {
+    let app = spawn_app(AppOptions { replica: false, ..Default::default() }).await;
+    let n = nonce("n");
+    let adm = admission(&app, "CODE-00001", &n, &admit(&app, "CODE-00001", "A1", &n, "id-1").await.unwrap());
+    app.redis::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1));
+    let before = app.redis_state();
+    let err = admit(&app, "CODE-00002", "A1", &nonce("m"), "id-2").await.unwrap_err();
+    assert!(err.to_string().contains("OOM"), "{err}");
+    assert_eq!(app.redis_state(), before, "refused whole, before it ran");
+    assert!(back(&app, false, &adm).await, "undo is allow-oom");
+}
