@@ -55,22 +55,29 @@ impl Tally {
     }
 }
 
-/// Runs every candidate, at most `concurrency` at once.
+/// Runs every candidate against one server, at most `concurrency` at once.
 pub async fn run(base_url: &str, event: &str, candidates: Vec<Candidate>, concurrency: usize) -> Vec<Outcome> {
+    run_spread(&[base_url.to_owned()], event, candidates, concurrency).await
+}
+
+/// Runs every candidate, spread over several servers (as behind a load balancer): a candidate
+/// starts on one and moves to the next when a connection fails, keeping its nonce.
+pub async fn run_spread(base_urls: &[String], event: &str, candidates: Vec<Candidate>, concurrency: usize) -> Vec<Outcome> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .pool_max_idle_per_host(concurrency)
         .build()
         .expect("an HTTP client with only a timeout set builds");
-    let url = Arc::new(format!("{base_url}/api/events/{event}/bookings"));
+    let urls: Arc<Vec<String>> = Arc::new(base_urls.iter().map(|b| format!("{b}/api/events/{event}/bookings")).collect());
     let gate = Arc::new(Semaphore::new(concurrency.max(1)));
     let tasks: Vec<_> = candidates
         .into_iter()
-        .map(|candidate| {
-            let (client, url, gate) = (client.clone(), url.clone(), gate.clone());
+        .enumerate()
+        .map(|(i, candidate)| {
+            let (client, urls, gate) = (client.clone(), urls.clone(), gate.clone());
             tokio::spawn(async move {
                 let _permit = gate.acquire_owned().await.expect("semaphore never closed");
-                attempt(&client, &url, candidate).await
+                attempt(&client, &urls, i, candidate).await
             })
         })
         .collect();
@@ -81,8 +88,8 @@ pub async fn run(base_url: &str, event: &str, candidates: Vec<Candidate>, concur
     outcomes
 }
 
-/// One booking attempt with its retries.
-pub async fn attempt(client: &reqwest::Client, url: &str, candidate: Candidate) -> Outcome {
+/// One booking attempt with its retries, starting on `urls[first]`.
+pub async fn attempt(client: &reqwest::Client, urls: &[String], first: usize, candidate: Candidate) -> Outcome {
     let nonce = uuid::Uuid::new_v4().to_string();
     let body = json!({
         "code": candidate.code,
@@ -91,7 +98,9 @@ pub async fn attempt(client: &reqwest::Client, url: &str, candidate: Candidate) 
         "website": if candidate.bot { "https://spam.example" } else { "" },
     });
     let mut last = (0u16, serde_json::Value::Null);
+    let mut server = first;
     for tries in 1..=TRIES_MAX {
+        let url = &urls[server % urls.len()];
         match client.post(url).json(&body).send().await {
             Ok(response) => {
                 let status = response.status().as_u16();
@@ -101,7 +110,10 @@ pub async fn attempt(client: &reqwest::Client, url: &str, candidate: Candidate) 
                 }
                 last = (status, body);
             }
-            Err(_) => last = (0, serde_json::Value::Null),
+            Err(_) => {
+                last = (0, serde_json::Value::Null);
+                server += 1;
+            }
         }
         let backoff = Duration::from_millis(10 * tries as u64).min(BACKOFF_MAX);
         tokio::time::sleep(backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0)).await;
