@@ -10,6 +10,7 @@ pub mod crowd;
 pub mod demo;
 pub mod event;
 pub mod faults;
+pub mod fleet;
 pub mod http;
 pub mod keys;
 pub mod lifecycle;

@@ -40,7 +40,7 @@ pub fn free_port() -> anyhow::Result<u16> {
 }
 
 /// Children die with us even on SIGKILL, so no test or demo leaves a redis-server behind.
-fn die_with_parent(cmd: &mut Command) {
+pub(crate) fn die_with_parent(cmd: &mut Command) {
     // SAFETY: prctl is async-signal-safe and touches no memory of ours.
     unsafe {
         cmd.pre_exec(|| {

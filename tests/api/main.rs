@@ -2,6 +2,7 @@
 //! started here), its own database and the app on port 0.
 
 mod admission;
+mod crash;
 mod gates;
 mod helpers;
 mod lifecycle;
