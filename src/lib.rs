@@ -12,6 +12,7 @@ pub mod event;
 pub mod faults;
 pub mod fleet;
 pub mod http;
+pub mod invariants;
 pub mod keys;
 pub mod lifecycle;
 pub mod loader;

@@ -13,7 +13,7 @@ use seatrush::redis_server::{RedisOptions, RedisServer};
 use seatrush::sale::{Sale, SaleSettings};
 use seatrush::store::Store;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -285,55 +285,8 @@ impl TestApp {
     }
 
     pub async fn invariant_violations(&self) -> Vec<String> {
-        let mut v = Vec::new();
-        let spec = self.store.event(&self.event).await.unwrap().spec;
-        let holders = self.store.seat_holders(&self.event).await.unwrap();
-        let mut seats = HashSet::new();
-        let mut codes = HashSet::new();
-        let mut per_level: HashMap<String, i64> = HashMap::new();
-        for r in &holders {
-            if !seats.insert(r.slot) {
-                v.push(format!("seat {} held twice in the database", r.slot));
-            }
-            if !codes.insert(r.code.clone()) {
-                v.push(format!("code {} holds two seats", r.code));
-            }
-            *per_level.entry(r.level.clone()).or_default() += 1;
-        }
-        if holders.len() as i64 > spec.total_seats {
-            v.push(format!("{} seats held, event has {}", holders.len(), spec.total_seats));
-        }
-        for (level, cap) in &spec.levels {
-            if per_level.get(level.as_str()).copied().unwrap_or(0) > *cap {
-                v.push(format!("level {level} over its cap {cap}"));
-            }
-        }
-        let state = self.redis_state();
-        for (level, n) in &state.taken {
-            let db = per_level.get(level).copied().unwrap_or(0);
-            if *n != db {
-                v.push(format!("level {level}: Redis counts {n}, database holds {db}"));
-            }
-        }
-        if !state.pending.is_empty() {
-            v.push(format!("{} admissions still pending", state.pending.len()));
-        }
-        let free: HashSet<i64> = state.free.iter().copied().collect();
-        if free.len() != state.free.len() {
-            v.push("a seat is in the free pool twice".into());
-        }
-        for s in &seats {
-            if free.contains(s) {
-                v.push(format!("seat {s} is held in the database and free in Redis"));
-            }
-        }
-        if free.len() as i64 + seats.len() as i64 != spec.total_seats {
-            v.push(format!("{} free + {} held != {} seats", free.len(), seats.len(), spec.total_seats));
-        }
-        if state.records.len() != holders.len() {
-            v.push(format!("{} admission records in Redis, {} holders in the database", state.records.len(), holders.len()));
-        }
-        v
+        let mut conn = self.sale.link.check().await.unwrap();
+        seatrush::invariants::violations(&mut conn, &self.store, &self.event).await.unwrap()
     }
 }
 
