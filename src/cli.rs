@@ -73,6 +73,8 @@ pub enum Command {
     Serve,
     /// Everything on this machine: private Redis primary and replica, SQLite, a demo event
     Demo(DemoArgs),
+    /// Fault runner: a loopback deployment driven through faults, then the invariants checked
+    Faults(crate::runner::RunConfig),
 }
 
 #[derive(Subcommand, Debug)]

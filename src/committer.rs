@@ -8,7 +8,7 @@
 //! the next one gathers the next batch on a connection of its own.
 
 use crate::code::CodeHash;
-use crate::faults::{CrashPlan, CrashPoint};
+use crate::faults::{BrokenGuard, CrashPoint, FaultPlan};
 use crate::keys::EventKeys;
 use crate::nonce::Nonce;
 use crate::redis_link::{needs_reconnect, RedisLink};
@@ -72,7 +72,7 @@ pub struct Committer {
 
 impl Committer {
     /// Starts `connections` committer tasks; they stop when every `Committer` clone is dropped.
-    pub fn start(link: Arc<RedisLink>, scripts: Arc<Scripts>, policy: AckPolicy, connections: usize, crash: CrashPlan) -> Self {
+    pub fn start(link: Arc<RedisLink>, scripts: Arc<Scripts>, policy: AckPolicy, connections: usize, crash: FaultPlan) -> Self {
         let (queue, receiver) = mpsc::channel(QUEUE_DEPTH_MAX);
         let receiver = Arc::new(Mutex::new(receiver));
         for _ in 0..connections.max(1) {
@@ -96,7 +96,7 @@ struct Worker {
     link: Arc<RedisLink>,
     scripts: Arc<Scripts>,
     policy: AckPolicy,
-    crash: CrashPlan,
+    crash: FaultPlan,
     conn: Option<MultiplexedConnection>,
 }
 
@@ -135,7 +135,8 @@ impl Worker {
     async fn round(&mut self, batch: &[Job]) -> Result<Vec<CommitResult>, RedisError> {
         let mut replies = self.admit_all(batch).await?;
         self.crash.maybe(CrashPoint::AfterAdmit);
-        if self.policy.replicas > 0 && replies.iter().any(|r| matches!(r, Ok(AdmitReply::Admitted { .. }))) {
+        let skip_wait = self.crash.broken_guard == Some(BrokenGuard::SkipWait);
+        if self.policy.replicas > 0 && !skip_wait && replies.iter().any(|r| matches!(r, Ok(AdmitReply::Admitted { .. }))) {
             let policy = self.policy;
             let conn = self.connection().await?;
             let acked: i64 = redis::cmd("WAIT")

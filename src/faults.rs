@@ -1,7 +1,10 @@
-//! Crashes on purpose, for the tests and the fault runner that prove a crash at any point of the
-//! request path leaks no seat. Off unless `SEATRUSH_CRASH_AT` names points; the process then
-//! kills itself with SIGKILL (no unwinding, no cleanup: what a real crash does) with probability
-//! `SEATRUSH_CRASH_PROBABILITY` (default 0.05) each time a request passes one of those points.
+//! Faults on purpose, for the tests and the fault runner. Off unless set in the environment.
+//!
+//! - Crashes: `SEATRUSH_CRASH_AT` names points of the request path; the process kills itself
+//!   with SIGKILL (no unwinding, no cleanup: what a real crash does) with probability
+//!   `SEATRUSH_CRASH_PROBABILITY` (default 0.05) each time a request passes one of them.
+//! - Broken guards: `SEATRUSH_BREAK_GUARD` switches one guard off, so the fault runner can show
+//!   that its checker catches what the guard prevents. Never set it in a real sale.
 
 /// Points on the request path where a crash can be injected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,14 +28,36 @@ impl CrashPoint {
     }
 }
 
-/// Which points crash, and how often.
-#[derive(Clone, Debug, Default)]
-pub struct CrashPlan {
-    points: Vec<CrashPoint>,
-    probability: f64,
+/// A guard switched off on purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrokenGuard {
+    /// The admit script forgets that a same-nonce retry gets its original seat back: a client
+    /// whose reply was lost is told `already_admitted` while its seat stays held.
+    RetryCheck,
+    /// Admissions count without the replica acknowledgement: a failover loses seats that
+    /// clients were told about.
+    SkipWait,
 }
 
-impl CrashPlan {
+impl BrokenGuard {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "retry-check" => Some(Self::RetryCheck),
+            "skip-wait" => Some(Self::SkipWait),
+            _ => None,
+        }
+    }
+}
+
+/// Which points crash, how often, and which guard (if any) is off.
+#[derive(Clone, Debug, Default)]
+pub struct FaultPlan {
+    points: Vec<CrashPoint>,
+    probability: f64,
+    pub broken_guard: Option<BrokenGuard>,
+}
+
+impl FaultPlan {
     pub fn none() -> Self {
         Self::default()
     }
@@ -47,7 +72,11 @@ impl CrashPlan {
         if !points.is_empty() {
             tracing::warn!(?points, probability, "fault injection armed: this process will kill itself on purpose");
         }
-        Self { points, probability }
+        let broken_guard = std::env::var("SEATRUSH_BREAK_GUARD").ok().as_deref().and_then(BrokenGuard::parse);
+        if let Some(guard) = broken_guard {
+            tracing::error!(?guard, "a guard is switched off on purpose: this process can break the invariants");
+        }
+        Self { points, probability, broken_guard }
     }
 
     /// Kills the process here, sometimes, if this point is armed.
@@ -70,7 +99,7 @@ mod tests {
     fn unknown_points_are_ignored_and_known_ones_parse() {
         assert_eq!(CrashPoint::parse("after_wait"), Some(CrashPoint::AfterWait));
         assert_eq!(CrashPoint::parse("before_lunch"), None);
-        let plan = CrashPlan::none();
+        let plan = FaultPlan::none();
         plan.maybe(CrashPoint::AfterAdmit); // unarmed: returns
     }
 }

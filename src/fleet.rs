@@ -29,7 +29,12 @@ pub struct ServeSpec {
 struct Member {
     port: u16,
     child: Option<Child>,
+    /// A member that keeps dying at start-up (Redis or the database down) is restarted at most
+    /// once per RESTART_GAP.
+    last_start: Instant,
 }
+
+const RESTART_GAP: Duration = Duration::from_millis(250);
 
 /// Counts of what happened to the fleet.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -83,7 +88,7 @@ impl Fleet {
         let mut members = Vec::with_capacity(n);
         for _ in 0..n {
             let port = crate::redis_server::free_port()?;
-            members.push(Member { port, child: Some(spawn(&spec, port)?) });
+            members.push(Member { port, child: Some(spawn(&spec, port)?), last_start: Instant::now() });
         }
         for m in &members {
             wait_healthy(&format!("http://127.0.0.1:{}", m.port)).await?;
@@ -113,16 +118,21 @@ impl Fleet {
                 }
                 let mut members = members.lock().expect("fleet lock");
                 for m in members.iter_mut() {
-                    let Some(child) = m.child.as_mut() else { continue };
-                    let Ok(Some(status)) = child.try_wait() else { continue };
-                    use std::os::unix::process::ExitStatusExt;
-                    if status.signal() == Some(libc::SIGKILL) {
-                        killed.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        exited.fetch_add(1, Ordering::Relaxed);
+                    if let Some(child) = m.child.as_mut() {
+                        let Ok(Some(status)) = child.try_wait() else { continue };
+                        use std::os::unix::process::ExitStatusExt;
+                        if status.signal() == Some(libc::SIGKILL) {
+                            killed.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            exited.fetch_add(1, Ordering::Relaxed);
+                        }
+                        m.child = None;
                     }
-                    m.child = spawn(&spec, m.port).ok();
-                    restarts.fetch_add(1, Ordering::Relaxed);
+                    if m.last_start.elapsed() >= RESTART_GAP {
+                        m.child = spawn(&spec, m.port).ok();
+                        m.last_start = Instant::now();
+                        restarts.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         }

@@ -20,6 +20,7 @@ pub mod nonce;
 pub mod ops;
 pub mod reaper;
 pub mod reconcile;
+pub mod runner;
 pub mod redis_link;
 pub mod redis_server;
 pub mod sale;

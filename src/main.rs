@@ -1,6 +1,6 @@
 use clap::Parser;
 use seatrush::cli::{AllowlistAction, Cli, Command, EventAction};
-use seatrush::{demo, ops};
+use seatrush::{demo, ops, runner};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -30,6 +30,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reconcile { event, repair } => ops::reconcile(s, &event.event, repair).await?,
         Command::Serve => ops::serve(s).await?,
         Command::Demo(args) => demo::run(s, &args).await?,
+        Command::Faults(config) => {
+            let report = runner::run(&config, std::env::current_exe()?).await?;
+            report.print();
+            if let Some(path) = &config.report {
+                std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+            }
+            if !report.violations.is_empty() {
+                anyhow::bail!("{} invariant violations", report.violations.len());
+            }
+        }
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use crate::cli::Settings;
 use crate::code::{CodeHash, CodeHasher, NormalisedCode};
 use crate::committer::AckPolicy;
 use crate::event::{EventId, EventSpec};
-use crate::faults::CrashPlan;
+use crate::faults::FaultPlan;
 use crate::http::{self, AppState};
 use crate::loader;
 use crate::reconcile;
@@ -172,7 +172,7 @@ pub fn sale_settings(settings: &Settings) -> SaleSettings {
 pub async fn build_app(settings: &Settings) -> anyhow::Result<AppState> {
     let (link, store) = connect(settings).await?;
     require_noeviction(&mut link.check().await?).await?;
-    let sale = Sale::new(Arc::new(link), store, sale_settings(settings), CrashPlan::from_env());
+    let sale = Sale::new(Arc::new(link), store, sale_settings(settings), FaultPlan::from_env());
     Ok(AppState { sale: Arc::new(sale), hasher: CodeHasher::from_env(), operator_token: settings.operator_token.clone() })
 }
 

@@ -24,6 +24,8 @@ pub struct RedisOptions {
     pub replica_of: Option<u16>,
     /// Extra `--name value` pairs.
     pub extra: Vec<(String, String)>,
+    /// A fixed port (to bring a killed server back where Sentinel expects it); else a free one.
+    pub port: Option<u16>,
 }
 
 /// One running `redis-server`, killed when dropped.
@@ -64,7 +66,10 @@ fn spawn_error(err: std::io::Error) -> anyhow::Error {
 impl RedisServer {
     pub fn start(options: &RedisOptions) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("seatrush-redis-").tempdir()?;
-        let port = free_port()?;
+        let port = match options.port {
+            Some(p) => p,
+            None => free_port()?,
+        };
         let mut cmd = Command::new("redis-server");
         let policy = options.maxmemory_policy.clone().unwrap_or_else(|| "noeviction".into());
         let mut args: Vec<(String, String)> = vec![
@@ -95,6 +100,33 @@ impl RedisServer {
         Ok(server)
     }
 
+    /// A Sentinel watching the primary on `primary_port` under `master_name`, deciding with
+    /// `quorum` votes; it marks a silent primary down after one second.
+    pub fn start_sentinel(primary_port: u16, master_name: &str, quorum: u32) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("seatrush-sentinel-").tempdir()?;
+        let port = free_port()?;
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {log}\n\
+                 sentinel monitor {master_name} 127.0.0.1 {primary_port} {quorum}\n\
+                 sentinel down-after-milliseconds {master_name} 1000\n\
+                 sentinel failover-timeout {master_name} 4000\n\
+                 sentinel parallel-syncs {master_name} 1\n",
+                dir = dir.path().display(),
+                log = dir.path().join("redis.log").display(),
+            ),
+        )?;
+        let mut cmd = Command::new("redis-server");
+        cmd.arg(&conf).arg("--sentinel").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        die_with_parent(&mut cmd);
+        let child = cmd.spawn().map_err(spawn_error)?;
+        let mut server = Self { child, port, dir };
+        server.wait_ready(false)?;
+        Ok(server)
+    }
+
     /// A primary and one replica of it, the replica's first sync done and the replica online.
     pub fn start_pair() -> anyhow::Result<(Self, Self)> {
         let primary = Self::start(&RedisOptions::default())?;
@@ -111,7 +143,15 @@ impl RedisServer {
         let mut probe = redis::pipe();
         probe.cmd("SET").arg("seatrush:replica-probe").arg(1).ignore().cmd("WAIT").arg(n).arg(50).cmd("DEL").arg("seatrush:replica-probe").ignore();
         loop {
-            let (acked,): (usize,) = self.command_pipe(&probe)?;
+            // With min-replicas-to-write set, the probe itself is refused until the replica counts.
+            let acked = match self.command_pipe::<(usize,)>(&probe) {
+                Ok((acked,)) => acked,
+                Err(e) if format!("{e:#}").contains("NOREPLICAS") => {
+                    std::thread::sleep(POLL_INTERVAL);
+                    0
+                }
+                Err(e) => return Err(e),
+            };
             if acked >= n {
                 return Ok(());
             }
@@ -178,8 +218,12 @@ impl RedisServer {
     fn is_ready(&self, replica: bool) -> bool {
         let Ok(client) = redis::Client::open(self.url()) else { return false };
         let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else { return false };
-        let Ok(info) = redis::cmd("INFO").arg("replication").query::<String>(&mut conn) else { return false };
-        !replica || info.contains("master_link_status:up")
+        let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut conn) else { return false };
+        if replica {
+            let Ok(replication) = redis::cmd("INFO").arg("replication").query::<String>(&mut conn) else { return false };
+            return replication.contains("master_link_status:up");
+        }
+        info.contains("redis_version")
     }
 
     /// A synchronous command, for tests and the fault runner.

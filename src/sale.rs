@@ -7,7 +7,7 @@ use crate::admission::Refusal;
 use crate::catalog::{Catalog, EventView};
 use crate::committer::{AckPolicy, Committer};
 use crate::event::EventId;
-use crate::faults::CrashPlan;
+use crate::faults::FaultPlan;
 use crate::redis_link::RedisLink;
 use crate::scripts::{self, Scripts};
 use crate::stats::Stats;
@@ -45,14 +45,14 @@ pub struct Sale {
     pub catalog: Catalog,
     pub store: Store,
     pub stats: Arc<Stats>,
-    pub crash: CrashPlan,
+    pub crash: FaultPlan,
     pub settings: SaleSettings,
 }
 
 impl Sale {
     /// Wires the parts together and starts the committers (inside the current Tokio runtime).
-    pub fn new(link: Arc<RedisLink>, store: Store, settings: SaleSettings, crash: CrashPlan) -> Self {
-        let scripts = Arc::new(Scripts::new());
+    pub fn new(link: Arc<RedisLink>, store: Store, settings: SaleSettings, crash: FaultPlan) -> Self {
+        let scripts = Arc::new(Scripts::with_broken_guard(crash.broken_guard));
         let committer = Committer::start(link.clone(), scripts.clone(), settings.ack, settings.commit_connections, crash.clone());
         Self {
             catalog: Catalog::new(link.clone()),

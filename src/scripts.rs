@@ -41,10 +41,26 @@ pub struct Scripts {
     pub persisted: Script,
 }
 
+const ADMIT_SOURCE: &str = include_str!("../lua/admit.lua");
+/// The retry check of admit.lua, which `BrokenGuard::RetryCheck` switches off.
+const RETRY_CHECK: &str = "if nonce == ARGV[2] then";
+
 impl Scripts {
     pub fn new() -> Self {
+        Self::with_broken_guard(None)
+    }
+
+    /// The scripts, with one guard switched off for the fault runner's checker test.
+    pub fn with_broken_guard(broken: Option<crate::faults::BrokenGuard>) -> Self {
+        let admit: &'static str = match broken {
+            Some(crate::faults::BrokenGuard::RetryCheck) => {
+                assert!(ADMIT_SOURCE.contains(RETRY_CHECK), "admit.lua lost its retry check line");
+                Box::leak(ADMIT_SOURCE.replace(RETRY_CHECK, "if false then").into_boxed_str())
+            }
+            _ => ADMIT_SOURCE,
+        };
         Self {
-            admit: Script::new(include_str!("../lua/admit.lua")),
+            admit: Script::new(admit),
             undo: Script::new(include_str!("../lua/undo.lua")),
             release: Script::new(include_str!("../lua/release.lua")),
             persisted: Script::new(include_str!("../lua/persisted.lua")),

@@ -276,3 +276,14 @@ impl Store {
         })
     }
 }
+
+impl Store {
+    /// Rows per state (held, paid, released) for one event.
+    pub async fn state_counts(&self, event: &EventId) -> Result<BTreeMap<String, i64>, StoreError> {
+        on_pool!(self, pool => {
+            let rows: Vec<(String, i64)> = sqlx::query_as("SELECT state, COUNT(*) FROM bookings WHERE event_id = $1 GROUP BY state")
+                .bind(event.as_str()).fetch_all(pool).await?;
+            Ok(rows.into_iter().collect())
+        })
+    }
+}

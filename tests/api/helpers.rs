@@ -4,7 +4,7 @@
 use seatrush::code::{CodeHash, CodeHasher, NormalisedCode};
 use seatrush::committer::AckPolicy;
 use seatrush::event::{EventId, EventSpec, LevelName};
-use seatrush::faults::CrashPlan;
+use seatrush::faults::FaultPlan;
 use seatrush::http::{self, AppState};
 use seatrush::keys::EventKeys;
 use seatrush::loader;
@@ -168,7 +168,7 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
         persist_timeout: options.persist_timeout,
         reaper_interval: Duration::from_millis(100),
     };
-    let sale = Arc::new(Sale::new(link, store.clone(), settings, CrashPlan::none()));
+    let sale = Arc::new(Sale::new(link, store.clone(), settings, FaultPlan::none()));
     let state = AppState { sale: sale.clone(), hasher: hasher.clone(), operator_token: Some(OPERATOR_TOKEN.into()) };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());

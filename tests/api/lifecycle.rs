@@ -197,7 +197,7 @@ async fn a_client_whose_admission_was_reaped_gets_a_seat_on_retry() {
 async fn many_reapers_at_once_release_a_phantom_once() {
     let app = spawn_app(AppOptions { persist_timeout: Duration::from_millis(0), ..Default::default() }).await;
     // a second Sale (as in a second `serve`) on the same Redis and database
-    let second = seatrush::sale::Sale::new(app.sale.link.clone(), app.store.clone(), app.sale.settings.clone(), seatrush::faults::CrashPlan::none());
+    let second = seatrush::sale::Sale::new(app.sale.link.clone(), app.store.clone(), app.sale.settings.clone(), seatrush::faults::FaultPlan::none());
     admit_only(&app, "CODE-00003", "A1").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let (a, b) = tokio::join!(app.sale.reap_all_once(), second.reap_all_once());

@@ -3,6 +3,7 @@
 
 mod admission;
 mod crash;
+mod faults;
 mod gates;
 mod helpers;
 mod lifecycle;

@@ -1,0 +1,136 @@
+//! The faults the runner injects, each on its own schedule while the burst runs; several kinds
+//! selected means several at once. Every fault is undone when its window ends and again, to be
+//! sure, when the run stops.
+
+use super::topology::Topology;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// The proxy in front of each `serve` drops a share of the replies after the request was done.
+    LostReplies,
+    /// A `serve` is SIGKILLed and restarted.
+    KillServe,
+    /// The replica is SIGSTOPped for a while, so WAIT times out.
+    StallReplica,
+    /// The primary is killed; Sentinel promotes the replica; the old node comes back as replica.
+    Failover,
+    /// The primary's maxmemory drops to one byte for a while (every admit refused: OOM).
+    Oom,
+    /// The database refuses every connection for a while.
+    DatabaseDown,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 6] =
+        [Self::LostReplies, Self::KillServe, Self::StallReplica, Self::Failover, Self::Oom, Self::DatabaseDown];
+
+    /// (first injection after, period, how long each lasts)
+    fn schedule(self) -> (Duration, Duration, Duration) {
+        let ms = Duration::from_millis;
+        match self {
+            Self::LostReplies => (ms(0), ms(2_000), ms(1_500)),
+            Self::KillServe => (ms(300), ms(900), ms(0)),
+            Self::StallReplica => (ms(500), ms(2_500), ms(600)),
+            Self::Failover => (ms(1_500), ms(60_000), ms(0)),
+            Self::Oom => (ms(700), ms(2_500), ms(500)),
+            Self::DatabaseDown => (ms(900), ms(3_000), ms(800)),
+        }
+    }
+}
+
+/// Share of replies lost while the lost-replies fault is on.
+pub const LOSS_PROBABILITY: f64 = 0.25;
+
+/// Faults injected, by kind.
+#[derive(Default)]
+pub struct Injected(BTreeMap<FaultKind, AtomicUsize>);
+
+impl Injected {
+    pub fn new(kinds: &[FaultKind]) -> Self {
+        Self(kinds.iter().map(|k| (*k, AtomicUsize::new(0))).collect())
+    }
+    fn bump(&self, kind: FaultKind) {
+        if let Some(c) = self.0.get(&kind) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    pub fn counts(&self) -> BTreeMap<FaultKind, usize> {
+        self.0.iter().map(|(k, v)| (*k, v.load(Ordering::Relaxed))).collect()
+    }
+}
+
+/// Injects `kind` on its schedule until `stop` turns true.
+pub async fn run(kind: FaultKind, topo: Arc<Topology>, injected: Arc<Injected>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let (first, period, lasting) = kind.schedule();
+    let mut next = first;
+    let mut round = 0usize;
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(next) => {}
+        }
+        match inject(kind, &topo, round).await {
+            Ok(()) => injected.bump(kind),
+            Err(e) => tracing::warn!(?kind, error = %e, "fault not injected"),
+        }
+        if !lasting.is_zero() {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => {}
+                _ = tokio::time::sleep(lasting) => {}
+            }
+            if let Err(e) = heal(kind, &topo).await {
+                tracing::warn!(?kind, error = %e, "fault not healed; the run's end heals again");
+            }
+        }
+        next = period.saturating_sub(lasting);
+        round += 1;
+    }
+}
+
+async fn inject(kind: FaultKind, topo: &Topology, round: usize) -> anyhow::Result<()> {
+    match kind {
+        FaultKind::LostReplies => topo.dial.set(LOSS_PROBABILITY),
+        FaultKind::KillServe => topo.fleet.kill(round),
+        FaultKind::StallReplica => topo.with_node(false, |r| r.pause())?,
+        FaultKind::Failover => topo.failover().await?,
+        FaultKind::Oom => topo.with_node(true, |p| p.command::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1)))??,
+        FaultKind::DatabaseDown => topo.db.set_available(false).await?,
+    }
+    Ok(())
+}
+
+/// Undoes a fault (harmless when it is not on).
+pub async fn heal(kind: FaultKind, topo: &Topology) -> anyhow::Result<()> {
+    match kind {
+        FaultKind::LostReplies => topo.dial.set(0.0),
+        FaultKind::KillServe | FaultKind::Failover => {}
+        FaultKind::StallReplica => {
+            for node in topo.redis.lock().expect("redis lock").iter() {
+                node.resume();
+            }
+        }
+        FaultKind::Oom => {
+            for node in topo.redis.lock().expect("redis lock").iter() {
+                node.command::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0))?;
+            }
+        }
+        FaultKind::DatabaseDown => topo.db.set_available(true).await?,
+    }
+    Ok(())
+}
+
+pub fn counts_by_name(counts: &BTreeMap<FaultKind, usize>) -> BTreeMap<String, usize> {
+    counts
+        .iter()
+        .map(|(k, v)| (serde_json::to_value(k).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default(), *v))
+        .collect()
+}
+
+/// Failovers take seconds; the run waits for one to finish before it heals and checks.
+pub const FAILOVER_GRACE: Duration = Duration::from_secs(30);

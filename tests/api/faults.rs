@@ -1,0 +1,92 @@
+//! The fault runner in CI: a short run of every fault kind with zero violations, all of them at
+//! once, and the checker proving it can fail when a guard is switched off.
+
+use seatrush::runner::inject::FaultKind;
+use seatrush::runner::{self, Report, RunConfig};
+
+fn config(faults: Vec<FaultKind>) -> RunConfig {
+    RunConfig {
+        faults,
+        all_faults: false,
+        seats: 120,
+        candidates: 360,
+        burst_ms: 5_000,
+        concurrency: 48,
+        serves: 2,
+        sqlite: false,
+        persist_timeout_ms: 1_000,
+        break_guard: None,
+        report: None,
+    }
+}
+
+async fn run(config: RunConfig) -> Report {
+    let report = runner::run(&config, env!("CARGO_BIN_EXE_seatrush").into()).await.unwrap();
+    report.print();
+    report
+}
+
+async fn clean_under(kind: FaultKind) -> Report {
+    let report = run(config(vec![kind])).await;
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.gave_up, 0, "every candidate got a final answer");
+    assert_eq!(report.admitted as i64, report.seats, "every seat was sold to someone who was told");
+    assert!(report.faults_injected.values().sum::<usize>() > 0, "the fault was injected");
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_replies_break_no_invariant() {
+    let r = clean_under(FaultKind::LostReplies).await;
+    assert!(r.replies_lost > 0 && r.retries > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_serves_break_no_invariant() {
+    let r = clean_under(FaultKind::KillServe).await;
+    assert!(r.serve_kills > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_replica_breaks_no_invariant() {
+    clean_under(FaultKind::StallReplica).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_breaks_no_invariant() {
+    let r = clean_under(FaultKind::Failover).await;
+    assert!(r.retries > 0, "bookings during the failover were answered 503 and retried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_breaks_no_invariant() {
+    let r = clean_under(FaultKind::Oom).await;
+    assert!(r.retries > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unavailable_database_breaks_no_invariant() {
+    let r = clean_under(FaultKind::DatabaseDown).await;
+    assert!(r.retries > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fault_at_once_breaks_no_invariant() {
+    let mut c = config(FaultKind::ALL.to_vec());
+    c.burst_ms = 6_000;
+    let report = run(c).await;
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.admitted as i64, report.seats);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checker_reports_violations_when_the_retry_guard_is_off() {
+    let mut c = config(vec![FaultKind::LostReplies]);
+    c.break_guard = Some("retry-check".into());
+    let report = run(c).await;
+    assert!(
+        report.violations.iter().any(|v| v.contains("never told")),
+        "a lost reply with the retry check off leaves seats held for candidates told otherwise: {:#?}",
+        report.violations
+    );
+}
