@@ -61,8 +61,7 @@ fn spawn(spec: &ServeSpec, port: u16) -> anyhow::Result<Child> {
     let mut cmd = Command::new(&spec.bin);
     cmd.arg("serve").envs(spec.env.iter().cloned()).env("SEATRUSH_LISTEN", format!("127.0.0.1:{port}"));
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(log));
-    crate::redis_server::die_with_parent(&mut cmd);
-    cmd.spawn().with_context(|| format!("starting {}", spec.bin.display()))
+    crate::redis_server::spawn_tied(cmd).with_context(|| format!("starting {}", spec.bin.display()))
 }
 
 /// Polls `/healthz` until it answers 200.

@@ -41,8 +41,16 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// Children die with us even on SIGKILL, so no test or demo leaves a redis-server behind.
-pub(crate) fn die_with_parent(cmd: &mut Command) {
+type SpawnRequest = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
+
+/// Spawns `cmd` so that the child dies with this process, even when this process is SIGKILLed.
+///
+/// PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process; a
+/// child forked from a Tokio blocking thread would be killed when that idle thread retires
+/// (after ten seconds). So every child is forked from one spawner thread that lives as long as
+/// the process.
+pub fn spawn_tied(mut cmd: Command) -> std::io::Result<Child> {
+    static SPAWNER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<SpawnRequest>>> = std::sync::OnceLock::new();
     // SAFETY: prctl is async-signal-safe and touches no memory of ours.
     unsafe {
         cmd.pre_exec(|| {
@@ -50,6 +58,21 @@ pub(crate) fn die_with_parent(cmd: &mut Command) {
             Ok(())
         });
     }
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("seatrush-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("the spawner thread starts");
+        std::sync::Mutex::new(tx)
+    });
+    let (reply, answer) = std::sync::mpsc::channel();
+    spawner.lock().expect("spawner lock").send((cmd, reply)).map_err(|_| std::io::Error::other("spawner thread gone"))?;
+    answer.recv().map_err(|_| std::io::Error::other("spawner thread gone"))?
 }
 
 fn spawn_error(err: std::io::Error) -> anyhow::Error {
@@ -93,8 +116,7 @@ impl RedisServer {
             cmd.arg(format!("--{name}")).arg(value);
         }
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        die_with_parent(&mut cmd);
-        let child = cmd.spawn().map_err(spawn_error)?;
+        let child = spawn_tied(cmd).map_err(spawn_error)?;
         let mut server = Self { child, port, dir };
         server.wait_ready(options.replica_of.is_some())?;
         Ok(server)
@@ -120,8 +142,7 @@ impl RedisServer {
         )?;
         let mut cmd = Command::new("redis-server");
         cmd.arg(&conf).arg("--sentinel").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        die_with_parent(&mut cmd);
-        let child = cmd.spawn().map_err(spawn_error)?;
+        let child = spawn_tied(cmd).map_err(spawn_error)?;
         let mut server = Self { child, port, dir };
         server.wait_ready(false)?;
         Ok(server)

@@ -20,6 +20,9 @@ pub enum FaultKind {
     StallReplica,
     /// The primary is killed; Sentinel promotes the replica; the old node comes back as replica.
     Failover,
+    /// The replica is stalled, then the primary is killed: the promoted replica lacks the
+    /// primary's last writes, so only acknowledged admissions may have been counted.
+    FailoverAfterStall,
     /// The primary's maxmemory drops to one byte for a while (every admit refused: OOM).
     Oom,
     /// The database refuses every connection for a while.
@@ -27,8 +30,15 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 6] =
-        [Self::LostReplies, Self::KillServe, Self::StallReplica, Self::Failover, Self::Oom, Self::DatabaseDown];
+    pub const ALL: [FaultKind; 7] = [
+        Self::LostReplies,
+        Self::KillServe,
+        Self::StallReplica,
+        Self::Failover,
+        Self::FailoverAfterStall,
+        Self::Oom,
+        Self::DatabaseDown,
+    ];
 
     /// (first injection after, period, how long each lasts)
     fn schedule(self) -> (Duration, Duration, Duration) {
@@ -38,11 +48,15 @@ impl FaultKind {
             Self::KillServe => (ms(300), ms(900), ms(0)),
             Self::StallReplica => (ms(500), ms(2_500), ms(600)),
             Self::Failover => (ms(1_500), ms(60_000), ms(0)),
+            Self::FailoverAfterStall => (ms(1_000), ms(60_000), ms(0)),
             Self::Oom => (ms(700), ms(2_500), ms(500)),
             Self::DatabaseDown => (ms(900), ms(3_000), ms(800)),
         }
     }
 }
+
+/// How long the replica misses writes before the primary dies, in failover-after-stall.
+pub const STALL_BEFORE_FAILOVER: Duration = Duration::from_millis(800);
 
 /// Share of replies lost while the lost-replies fault is on.
 pub const LOSS_PROBABILITY: f64 = 0.25;
@@ -98,7 +112,8 @@ async fn inject(kind: FaultKind, topo: &Topology, round: usize) -> anyhow::Resul
         FaultKind::LostReplies => topo.dial.set(LOSS_PROBABILITY),
         FaultKind::KillServe => topo.fleet.kill(round),
         FaultKind::StallReplica => topo.with_node(false, |r| r.pause())?,
-        FaultKind::Failover => topo.failover().await?,
+        FaultKind::Failover => topo.failover(None).await?,
+        FaultKind::FailoverAfterStall => topo.failover(Some(STALL_BEFORE_FAILOVER)).await?,
         FaultKind::Oom => topo.with_node(true, |p| p.command::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1)))??,
         FaultKind::DatabaseDown => topo.db.set_available(false).await?,
     }
@@ -109,7 +124,7 @@ async fn inject(kind: FaultKind, topo: &Topology, round: usize) -> anyhow::Resul
 pub async fn heal(kind: FaultKind, topo: &Topology) -> anyhow::Result<()> {
     match kind {
         FaultKind::LostReplies => topo.dial.set(0.0),
-        FaultKind::KillServe | FaultKind::Failover => {}
+        FaultKind::KillServe | FaultKind::Failover | FaultKind::FailoverAfterStall => {}
         FaultKind::StallReplica => {
             for node in topo.redis.lock().expect("redis lock").iter() {
                 node.resume();

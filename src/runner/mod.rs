@@ -10,6 +10,7 @@ pub mod topology;
 use crate::crowd::{self, Candidate, Outcome, Tally};
 use crate::event::{EventId, EventSpec, LevelName};
 use crate::invariants;
+use anyhow::Context;
 use inject::{FaultKind, Injected};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
@@ -54,6 +55,9 @@ pub struct RunConfig {
     /// Switch one guard off on purpose (retry-check, skip-wait) to show the checker catches it
     #[arg(long)]
     pub break_guard: Option<String>,
+    /// Redis min-replicas-to-write on the data nodes (0 switches Redis's own guard off)
+    #[arg(long, default_value_t = 1)]
+    pub min_replicas_to_write: u32,
     /// Where the JSON report goes
     #[arg(long)]
     pub report: Option<std::path::PathBuf>,
@@ -121,9 +125,10 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         serves: config.serves.max(1),
         persist_timeout_ms: config.persist_timeout_ms,
         broken_guard: config.break_guard.clone(),
+        min_replicas_to_write: config.min_replicas_to_write,
         bin,
     };
-    let topo = Arc::new(Topology::start(&options, &spec, &codes).await?);
+    let topo = Arc::new(Topology::start(&options, &spec, &codes).await.context("starting the deployment")?);
 
     let injected = Arc::new(Injected::new(&kinds));
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -138,13 +143,19 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         let _ = tokio::time::timeout(inject::FAILOVER_GRACE, i).await;
     }
     for kind in &kinds {
-        inject::heal(*kind, &topo).await?;
+        inject::heal(*kind, &topo).await.with_context(|| format!("healing {kind:?}"))?;
     }
     drain(&topo).await;
     let paid = pay_some(&topo, &outcomes).await;
 
     let event = spec.id.clone();
-    let mut conn = topo.sale.link.check().await?;
+    let mut conn = match topo.sale.link.check().await {
+        Ok(conn) => conn,
+        Err(e) => {
+            let nodes: Vec<u16> = topo.redis.lock().expect("redis lock").iter().map(|n| n.port).collect();
+            anyhow::bail!("reaching the primary for the final check: {e}; Sentinel names port {:?}, data nodes on {nodes:?}", topo.primary_port().ok());
+        }
+    };
     let mut violations = invariants::violations(&mut conn, &topo.store, &event).await?;
     let (told, unsure) = told_by_code(&outcomes);
     violations.extend(invariants::told_violations(&topo.store, &event, &told, &unsure).await?);

@@ -28,6 +28,8 @@ pub struct TopologyOptions {
     pub persist_timeout_ms: u64,
     /// `SEATRUSH_BREAK_GUARD` for the serves (the checker's own test).
     pub broken_guard: Option<String>,
+    /// Redis's own guard: a primary with fewer good replicas refuses writes.
+    pub min_replicas_to_write: u32,
     /// The `seatrush` binary the fleet runs.
     pub bin: std::path::PathBuf,
 }
@@ -92,25 +94,27 @@ pub struct Topology {
     /// What clients talk to: one lossy proxy per `serve`.
     pub client_urls: Vec<String>,
     pub dial: Arc<LossDial>,
+    min_replicas_to_write: u32,
     _logs: tempfile::TempDir,
 }
 
-fn data_node(replica_of: Option<u16>, port: Option<u16>) -> RedisOptions {
+/// A primary cut off from its replica stops taking writes (min-replicas-to-write) instead of
+/// admitting what a failover would lose; the runner can switch that off to show WAIT alone holds.
+fn data_node(replica_of: Option<u16>, port: Option<u16>, min_replicas_to_write: u32) -> RedisOptions {
     RedisOptions {
         replica_of,
         port,
-        // A primary cut off from its replica stops taking writes instead of admitting what a
-        // failover would lose.
-        extra: vec![("min-replicas-to-write".into(), "1".into()), ("min-replicas-max-lag".into(), "10".into())],
+        extra: vec![("min-replicas-to-write".into(), min_replicas_to_write.to_string()), ("min-replicas-max-lag".into(), "10".into())],
         ..Default::default()
     }
 }
 
 impl Topology {
     pub async fn start(options: &TopologyOptions, spec: &EventSpec, codes: &[String]) -> anyhow::Result<Self> {
-        let (primary, replica) = tokio::task::spawn_blocking(|| -> anyhow::Result<_> {
-            let primary = RedisServer::start(&data_node(None, None))?;
-            let replica = RedisServer::start(&data_node(Some(primary.port), None))?;
+        let min = options.min_replicas_to_write;
+        let (primary, replica) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let primary = RedisServer::start(&data_node(None, None, min))?;
+            let replica = RedisServer::start(&data_node(Some(primary.port), None, min))?;
             primary.wait_replicas_online(1)?;
             Ok((primary, replica))
         })
@@ -168,6 +172,7 @@ impl Topology {
             fleet,
             client_urls,
             dial,
+            min_replicas_to_write: options.min_replicas_to_write,
             _logs: logs,
         })
     }
@@ -191,13 +196,26 @@ impl Topology {
     }
 
     /// Kills the primary, waits for Sentinel to promote the replica, then brings the old node
-    /// back on its port as a replica of the new primary.
-    pub async fn failover(&self) -> anyhow::Result<()> {
+    /// back on its port as a replica of the new primary. With `stall_first`, the replica is
+    /// stalled for a while before the kill, so the promoted replica lacks the primary's last
+    /// writes: only what a replica acknowledged survives.
+    pub async fn failover(&self, stall_first: Option<Duration>) -> anyhow::Result<()> {
         let old = self.primary_port()?;
+        if let Some(stall) = stall_first {
+            // SIGSTOP alone loses nothing (the kernel still buffers what the primary sends), so
+            // the primary also drops its replica link: what it writes from here on exists only
+            // on the primary.
+            self.with_node(false, |r| r.pause())?;
+            self.with_node(true, |p| p.command::<i64>(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica")))??;
+            tokio::time::sleep(stall).await;
+        }
         {
             let mut nodes = self.redis.lock().expect("redis lock");
             if let Some(i) = nodes.iter().position(|n| n.port == old) {
                 nodes.remove(i).kill();
+            }
+            for node in nodes.iter() {
+                node.resume();
             }
         }
         let deadline = Instant::now() + SENTINEL_TIMEOUT;
@@ -209,7 +227,8 @@ impl Topology {
                 _ => {}
             }
         };
-        let node = tokio::task::spawn_blocking(move || RedisServer::start(&data_node(Some(new), Some(old)))).await??;
+        let min = self.min_replicas_to_write;
+        let node = tokio::task::spawn_blocking(move || RedisServer::start(&data_node(Some(new), Some(old), min))).await??;
         self.redis.lock().expect("redis lock").push(node);
         let deadline = Instant::now() + SENTINEL_TIMEOUT;
         loop {

@@ -16,6 +16,7 @@ fn config(faults: Vec<FaultKind>) -> RunConfig {
         sqlite: false,
         persist_timeout_ms: 1_000,
         break_guard: None,
+        min_replicas_to_write: 1,
         report: None,
     }
 }
@@ -59,6 +60,16 @@ async fn a_sentinel_failover_breaks_no_invariant() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_that_loses_unacknowledged_writes_breaks_no_invariant_even_without_min_replicas() {
+    // Redis's min-replicas-to-write off: the WAIT guard alone keeps lost writes from counting.
+    let mut c = config(vec![FaultKind::FailoverAfterStall]);
+    c.min_replicas_to_write = 0;
+    let report = run(c).await;
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.admitted as i64, report.seats);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_redis_breaks_no_invariant() {
     let r = clean_under(FaultKind::Oom).await;
     assert!(r.retries > 0);
@@ -88,5 +99,17 @@ async fn the_checker_reports_violations_when_the_retry_guard_is_off() {
         report.violations.iter().any(|v| v.contains("never told")),
         "a lost reply with the retry check off leaves seats held for candidates told otherwise: {:#?}",
         report.violations
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checker_reports_violations_when_wait_is_skipped() {
+    let mut c = config(vec![FaultKind::FailoverAfterStall]);
+    c.min_replicas_to_write = 0;
+    c.break_guard = Some("skip-wait".into());
+    let report = run(c).await;
+    assert!(
+        !report.violations.is_empty(),
+        "admissions counted without a replica are lost by the failover; the checker must see it"
     );
 }
