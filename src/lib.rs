@@ -12,6 +12,7 @@ pub mod event;
 pub mod faults;
 pub mod http;
 pub mod keys;
+pub mod latency;
 pub mod lifecycle;
 pub mod loader;
 pub mod nonce;

@@ -4,4 +4,5 @@
 mod admission;
 mod gates;
 mod helpers;
+mod observability;
 mod scripts;
