@@ -15,7 +15,7 @@ async fn the_dashboard_asks_for_the_token_and_draws_the_sale_as_it_runs() {
         assert_eq!(app.book(code, "A1", &nonce("ops")).await.status, 201);
     }
     assert_eq!(app.operator("CODE-00001", "payment", Some(OPERATOR_TOKEN)).await.status, 200);
-    let browser = Browser::start(Screen::Desktop { width: 1280, height: 1150 }).await;
+    let browser = Browser::start(Screen::Desktop { width: 1280, height: 1300 }).await;
     browser.goto(&format!("{}/ops", app.url)).await;
     browser.wait_for_text("#status", "Enter the operator token").await;
     assert_eq!(browser.eval("return document.getElementById('fill').hidden;", json!([])).await, true, "no data before the token");
