@@ -63,7 +63,7 @@ pub fn render(stats: &Stats) -> String {
 
 fn write_histogram(out: &mut String, family: &str, outcome: &str, snapshot: &HistogramSnapshot) {
     for (bound, count) in &snapshot.cumulative {
-        let le = bound.map_or_else(|| "+Inf".to_owned(), |micros| seconds(micros));
+        let le = bound.map_or_else(|| "+Inf".to_owned(), seconds);
         let _ = writeln!(out, "{PREFIX}{family}_bucket{{outcome=\"{outcome}\",le=\"{le}\"}} {count}");
     }
     let _ = writeln!(out, "{PREFIX}{family}_sum{{outcome=\"{outcome}\"}} {}", seconds(snapshot.sum_micros));
