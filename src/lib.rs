@@ -14,6 +14,7 @@ pub mod fleet;
 pub mod http;
 pub mod invariants;
 pub mod keys;
+pub mod latency;
 pub mod lifecycle;
 pub mod loader;
 pub mod nonce;

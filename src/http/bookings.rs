@@ -1,7 +1,7 @@
 //! `POST /api/events/{event}/bookings` (the edge of the admit path: JSON, honeypot, shape) and
 //! `GET /api/events/{event}` (public availability).
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::AppState;
 use crate::admission::{Booked, BookingRequest};
 use crate::catalog::EventView;
@@ -14,17 +14,75 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
-use std::collections::HashMap;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+use utoipa::ToSchema;
 
 /// Longest booking body accepted; a real one is under 300 bytes.
 pub const BOOKING_BODY_BYTES_MAX: usize = 4096;
 /// Longest raw string accepted in a field before normalisation.
 const FIELD_CHARS_MAX: usize = 256;
 
+/// The body the page sends. Documentation only: the handler reads the fields by hand, because the
+/// honeypot must be answered before any of them is checked.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct BookingBody {
+    /// Registration code; trimmed and uppercased, then 4-64 of `A-Z 0-9 -`.
+    #[schema(example = "DEMO-0001")]
+    code: String,
+    /// A level of the event.
+    #[schema(example = "B1")]
+    level: String,
+    /// Chosen by the client per booking attempt and sent again on every retry of it:
+    /// 8-64 of `A-Z a-z 0-9 _ -`.
+    #[schema(example = "3f2a9c1e-7d4b-4c2e-9a51-0b8d6e2f4a10")]
+    nonce: String,
+    /// The honeypot: hidden from people, left empty by them. Filled → a fake 201, nothing written.
+    #[schema(example = "")]
+    website: Option<String>,
+}
+
+/// `201`: the seat is held until `hold_until`.
+#[derive(Serialize, ToSchema)]
+pub struct AdmittedBody {
+    /// Always `admitted`.
+    #[schema(example = "admitted")]
+    status: &'static str,
+    /// Seat number, 1..total_seats.
+    slot: i64,
+    level: String,
+    /// RFC 3339; unpaid holds are released then.
+    #[schema(example = "2027-03-01T09:15:00.000Z")]
+    hold_until: String,
+}
+
+/// `POST /api/events/{event}/bookings`
+#[utoipa::path(post, path = "/api/events/{event}/bookings", tag = "bookings",
+    params(("event" = String, Path, description = "Event id")),
+    request_body(content = BookingBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "admitted (a same-nonce retry gets the same body); also the honeypot's fake answer", body = AdmittedBody),
+        (status = 400, description = "invalid_request: malformed JSON, missing or over-long field, bad code or nonce, unknown level", body = ErrorBody),
+        (status = 403, description = "not_open, closed or not_registered", body = ErrorBody),
+        (status = 404, description = "not_found: unknown or never opened event", body = ErrorBody),
+        (status = 409, description = "already_admitted, level_full or sold_out", body = ErrorBody),
+        (status = 503, description = "retry: Redis, the replica acknowledgement or the database could not finish; retry with the same nonce", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ))]
 pub async fn create(State(app): State<AppState>, Path(event): Path<String>, body: Bytes) -> Response {
+    let started = Instant::now();
     let stats = &app.sale.stats;
     let result = book(&app, &event, &body).await;
+    let latency = &stats.booking_latency;
+    match &result {
+        Ok(Answer::Booked(_)) => latency.admitted.observe(started.elapsed()),
+        Ok(Answer::Honeypot(_)) => {}
+        Err(ApiError::Retry(_) | ApiError::Internal(_)) => latency.retry.observe(started.elapsed()),
+        Err(_) => latency.refused.observe(started.elapsed()),
+    }
     match result {
         Ok(Answer::Booked(booked)) => {
             Stats::bump(&stats.admitted);
@@ -58,7 +116,7 @@ enum Answer {
 }
 
 fn created(b: &Booked) -> Response {
-    let body = json!({ "status": "admitted", "slot": b.slot, "level": b.level, "hold_until": rfc3339_ms(b.hold_until_ms) });
+    let body = AdmittedBody { status: "admitted", slot: b.slot, level: b.level.clone(), hold_until: rfc3339_ms(b.hold_until_ms) };
     (StatusCode::CREATED, Json(body)).into_response()
 }
 
@@ -117,29 +175,57 @@ fn field<'a>(fields: &'a Map<String, Value>, name: &str) -> Result<&'a str, ApiE
 }
 
 /// `GET /api/events/{event}`: seats neither held nor paid, overall and per level.
-pub async fn availability(State(app): State<AppState>, Path(event): Path<String>) -> Result<Json<Value>, ApiError> {
+#[derive(Serialize, ToSchema)]
+pub struct Availability {
+    #[schema(example = "spring-exam")]
+    pub id: String,
+    /// `open`, `closed` or `not_open`.
+    #[schema(example = "open")]
+    pub state: &'static str,
+    pub total_seats: i64,
+    /// Seats neither held nor paid.
+    pub remaining: i64,
+    pub levels: BTreeMap<String, LevelAvailability>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LevelAvailability {
+    pub cap: i64,
+    /// What the level can still admit: its cap less its admissions, at most the event's free seats.
+    pub remaining: i64,
+}
+
+/// `GET /api/events/{event}`
+#[utoipa::path(get, path = "/api/events/{event}", tag = "bookings",
+    params(("event" = String, Path, description = "Event id")),
+    responses(
+        (status = 200, description = "Seats left, overall and per level", body = Availability),
+        (status = 404, description = "not_found: unknown or never opened event", body = ErrorBody),
+        (status = 503, description = "retry: Redis unavailable", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ))]
+pub async fn availability(State(app): State<AppState>, Path(event): Path<String>) -> Result<Json<Availability>, ApiError> {
     let id = EventId::parse(&event).map_err(|_| ApiError::NotFound)?;
     let view = app.sale.event(&id).await?;
     let (free, taken) = counts(&app, &view).await.map_err(|_| ApiError::Retry("redis unavailable"))?;
-    let levels: Map<String, Value> = view
+    Ok(Json(availability_of(&view, free, &taken)))
+}
+
+/// Shared with the operator dashboard, so both pages count "remaining" the same way.
+pub fn availability_of(view: &EventView, free: i64, taken: &HashMap<String, i64>) -> Availability {
+    let levels = view
         .levels
         .iter()
         .map(|(level, cap)| {
             let used = taken.get(level.as_str()).copied().unwrap_or(0);
-            let remaining = (cap - used).clamp(0, free);
-            (level.to_string(), json!({ "cap": cap, "remaining": remaining }))
+            (level.to_string(), LevelAvailability { cap: *cap, remaining: (cap - used).clamp(0, free) })
         })
         .collect();
-    Ok(Json(json!({
-        "id": id.as_str(),
-        "state": view.window(now_ms()).as_str(),
-        "total_seats": view.total_seats,
-        "remaining": free,
-        "levels": levels,
-    })))
+    Availability { id: view.id.to_string(), state: view.window(now_ms()).as_str(), total_seats: view.total_seats, remaining: free, levels }
 }
 
-async fn counts(app: &AppState, view: &EventView) -> redis::RedisResult<(i64, HashMap<String, i64>)> {
+/// Free seats and per-level admissions, in one round trip.
+pub async fn counts(app: &AppState, view: &EventView) -> redis::RedisResult<(i64, HashMap<String, i64>)> {
     let mut conn = app.sale.link.shared().await?;
     let result = redis::pipe().zcard(&view.keys.free).hgetall(&view.keys.taken).query_async(&mut conn).await;
     if let Err(e) = &result {

@@ -7,10 +7,23 @@ use crate::lifecycle::LifecycleError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 /// Seconds a client should wait before retrying a 503.
 pub const RETRY_AFTER_SECONDS: u64 = 1;
+
+/// The body of every answer that is not a success.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// Stable snake_case: invalid_request, unauthorized, not_open, closed, not_registered,
+    /// not_found, already_admitted, level_full, sold_out, released, retry, internal_error.
+    #[schema(example = "sold_out")]
+    pub status: &'static str,
+    /// What was wrong with the request (400 only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -87,14 +100,15 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = match &self {
-            ApiError::InvalidRequest(detail) => json!({ "status": self.status(), "detail": detail }),
+        let detail = match &self {
+            ApiError::InvalidRequest(detail) => Some(detail.clone()),
             ApiError::Internal(err) => {
                 tracing::error!(error = ?err, "internal error");
-                json!({ "status": self.status() })
+                None
             }
-            _ => json!({ "status": self.status() }),
+            _ => None,
         };
+        let body = ErrorBody { status: self.status(), detail };
         let mut response = (self.status_code(), Json(body)).into_response();
         if let ApiError::Retry(_) = self {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));

@@ -1,23 +1,31 @@
 //! The HTTP edge: routes, shared state, and the server loop. `serve(listener, app, shutdown)`
 //! takes the listener and the shutdown future from the caller, so tests run the real server on
 //! port 0.
+//!
+//! Every API route is registered through [`api_router`], which documents it in the OpenAPI
+//! document as it routes it; the pages are plain routes beside it.
 
 pub mod bookings;
 pub mod error;
+pub mod metrics;
+pub mod openapi;
 pub mod operator;
+pub mod ops;
 mod page;
 
 use crate::code::CodeHasher;
 use crate::sale::Sale;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::json;
+use serde::Serialize;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
+use utoipa::{OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -27,26 +35,55 @@ pub struct AppState {
     pub operator_token: Option<String>,
 }
 
+/// The documented routes, with the document they build.
+pub fn api_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(healthz))
+        .routes(routes!(metrics::metrics))
+        .routes(routes!(bookings::availability))
+        .routes(routes!(bookings::create))
+        .routes(routes!(operator::pay))
+        .routes(routes!(operator::cancel))
+        .routes(routes!(ops::summary))
+}
+
 pub fn router(state: AppState) -> Router {
+    let (api, doc) = api_router().split_for_parts();
+    let doc = Arc::new(doc);
     Router::new()
         .route("/", get(page::index))
         .route("/events/{event}", get(page::event_page))
-        .route("/healthz", get(healthz))
-        .route("/api/events/{event}", get(bookings::availability))
-        .route("/api/events/{event}/bookings", post(bookings::create))
-        .route("/api/events/{event}/bookings/{code}/payment", post(operator::pay))
-        .route("/api/events/{event}/bookings/{code}/cancel", post(operator::cancel))
+        .route("/ops", get(ops::page))
+        .route("/api/openapi.json", get(move || async move { Json(doc.as_ref().clone()) }))
+        .merge(api)
         .with_state(state)
 }
 
-async fn healthz(State(app): State<AppState>) -> impl IntoResponse {
+/// Whether this process can reach what a booking needs.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    /// `ok` or `degraded`.
+    #[schema(example = "ok")]
+    status: &'static str,
+    redis: bool,
+    database: bool,
+}
+
+/// `GET /healthz`
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses(
+        (status = 200, description = "Redis and the database answer", body = Health),
+        (status = 503, description = "Redis or the database does not answer", body = Health),
+    ))]
+async fn healthz(State(app): State<AppState>) -> (StatusCode, Json<Health>) {
     let redis_ok = match app.sale.link.shared().await {
         Ok(mut conn) => redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok(),
         Err(_) => false,
     };
     let database_ok = app.sale.store.ping().await;
-    let status = if redis_ok && database_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(json!({ "status": if status == StatusCode::OK { "ok" } else { "degraded" }, "redis": redis_ok, "database": database_ok })))
+    let healthy = redis_ok && database_ok;
+    let status = if healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(Health { status: if healthy { "ok" } else { "degraded" }, redis: redis_ok, database: database_ok }))
 }
 
 /// Serves until `shutdown` resolves, then finishes the requests in flight.

@@ -1,7 +1,7 @@
 //! Operator endpoints behind the bearer token: payment and cancel. The code travels in the path,
 //! so it is normalised and hashed here and never logged.
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::AppState;
 use crate::code::NormalisedCode;
 use crate::event::{rfc3339_ms, EventId};
@@ -9,7 +9,8 @@ use crate::store::BookingRow;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 /// Checks `Authorization: Bearer <operator-token>` in constant time.
 pub fn authorise(app: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -36,24 +37,55 @@ fn parse(app: &AppState, event: &str, code: &str) -> Result<(EventId, crate::cod
     Ok((event, app.hasher.hash(&code)))
 }
 
-fn booking_json(row: &BookingRow) -> Json<Value> {
-    Json(json!({
-        "status": row.state,
-        "slot": row.slot,
-        "level": row.level,
-        "hold_until": rfc3339_ms(row.hold_until_ms),
-    }))
+/// A booking as the operator endpoints answer it.
+#[derive(Serialize, ToSchema)]
+pub struct BookingState {
+    /// `paid` after payment, `released` after cancel.
+    #[schema(example = "paid")]
+    status: String,
+    slot: i64,
+    level: String,
+    #[schema(example = "2027-03-01T09:15:00.000Z")]
+    hold_until: String,
+}
+
+fn booking_json(row: &BookingRow) -> Json<BookingState> {
+    Json(BookingState { status: row.state.clone(), slot: row.slot, level: row.level.clone(), hold_until: rfc3339_ms(row.hold_until_ms) })
 }
 
 /// `POST /api/events/{event}/bookings/{code}/payment`
-pub async fn pay(State(app): State<AppState>, headers: HeaderMap, Path((event, code)): Path<(String, String)>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(post, path = "/api/events/{event}/bookings/{code}/payment", tag = "operator",
+    security(("operator_token" = [])),
+    params(("event" = String, Path, description = "Event id"), ("code" = String, Path, description = "Registration code (normalised like a booking's)")),
+    responses(
+        (status = 200, description = "The booking is paid", body = BookingState),
+        (status = 400, description = "invalid_request: the code does not normalise", body = ErrorBody),
+        (status = 401, description = "unauthorized: missing or wrong operator token", body = ErrorBody),
+        (status = 404, description = "not_found: unknown event or no booking for this code", body = ErrorBody),
+        (status = 409, description = "released: the hold ended before the payment arrived", body = ErrorBody),
+        (status = 503, description = "retry: the database is unavailable", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ))]
+pub async fn pay(State(app): State<AppState>, headers: HeaderMap, Path((event, code)): Path<(String, String)>) -> Result<Json<BookingState>, ApiError> {
     authorise(&app, &headers)?;
     let (event, code) = parse(&app, &event, &code)?;
     Ok(booking_json(&app.sale.pay(&event, &code).await?))
 }
 
 /// `POST /api/events/{event}/bookings/{code}/cancel`
-pub async fn cancel(State(app): State<AppState>, headers: HeaderMap, Path((event, code)): Path<(String, String)>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(post, path = "/api/events/{event}/bookings/{code}/cancel", tag = "operator",
+    security(("operator_token" = [])),
+    params(("event" = String, Path, description = "Event id"), ("code" = String, Path, description = "Registration code (normalised like a booking's)")),
+    responses(
+        (status = 200, description = "The booking is released; its seat is free again", body = BookingState),
+        (status = 400, description = "invalid_request: the code does not normalise", body = ErrorBody),
+        (status = 401, description = "unauthorized: missing or wrong operator token", body = ErrorBody),
+        (status = 404, description = "not_found: unknown event or no booking for this code", body = ErrorBody),
+        (status = 409, description = "released: already released", body = ErrorBody),
+        (status = 503, description = "retry: the database is unavailable", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ))]
+pub async fn cancel(State(app): State<AppState>, headers: HeaderMap, Path((event, code)): Path<(String, String)>) -> Result<Json<BookingState>, ApiError> {
     authorise(&app, &headers)?;
     let (event, code) = parse(&app, &event, &code)?;
     let mut row = app.sale.cancel(&event, &code).await?;

@@ -7,4 +7,5 @@ mod faults;
 mod gates;
 mod helpers;
 mod lifecycle;
+mod observability;
 mod scripts;

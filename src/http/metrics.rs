@@ -1,0 +1,113 @@
+//! `GET /metrics`: the Prometheus text exposition, written by hand from [`Stats`].
+//!
+//! Why by hand rather than the `metrics` crates: `Stats` already is the single source of the
+//! counters (the dashboard reads it too), so a recorder would be a second copy to keep in step;
+//! the text format is a few lines per family; and the histograms are fixed-bucket atomics
+//! ([`crate::latency`]) that aggregate across `serve` processes. Counters are per process and
+//! start at zero, as Prometheus expects (`rate()` handles restarts).
+//!
+//! Open like `/healthz`: it holds aggregates only, nothing about one candidate.
+
+use super::AppState;
+use crate::latency::HistogramSnapshot;
+use crate::stats::Stats;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use std::fmt::Write;
+
+const PREFIX: &str = "seatrush_";
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// `# HELP` text per family; a family without one is a bug the unit test catches.
+fn family_help(family: &str) -> Option<&'static str> {
+    Some(match family {
+        "answers_total" => "Booking answers by status (admitted counts first answers and same-nonce retries).",
+        "honeypot_hits_total" => "Booking requests that filled the hidden website field (answered with a fake 201).",
+        "undone_total" => "Admissions undone in Redis, by reason.",
+        "reaper_total" => "Pending admissions the reaper handled, by outcome.",
+        "holds_expired_total" => "Unpaid holds released when their payment window ended.",
+        "paid_total" => "Bookings marked paid.",
+        "cancelled_total" => "Bookings cancelled by an operator.",
+        _ => return None,
+    })
+}
+
+/// `GET /metrics`
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text exposition (version 0.0.4)", content_type = "text/plain", body = String)))]
+pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&app.sale.stats))
+}
+
+pub fn render(stats: &Stats) -> String {
+    let mut out = String::new();
+    let mut last_family = "";
+    for sample in stats.samples() {
+        if sample.family != last_family {
+            let help = family_help(sample.family).unwrap_or("");
+            let _ = writeln!(out, "# HELP {PREFIX}{} {help}\n# TYPE {PREFIX}{} counter", sample.family, sample.family);
+            last_family = sample.family;
+        }
+        let labels = sample.label.map(|(k, v)| format!("{{{k}=\"{v}\"}}")).unwrap_or_default();
+        let _ = writeln!(out, "{PREFIX}{}{labels} {}", sample.family, sample.value);
+    }
+    let family = "booking_duration_seconds";
+    let _ = writeln!(out, "# HELP {PREFIX}{family} Booking request latency at the HTTP edge, by outcome (admitted, refused, retry).");
+    let _ = writeln!(out, "# TYPE {PREFIX}{family} histogram");
+    for (outcome, histogram) in stats.booking_latency.by_outcome() {
+        write_histogram(&mut out, family, outcome, &histogram.snapshot());
+    }
+    out
+}
+
+fn write_histogram(out: &mut String, family: &str, outcome: &str, snapshot: &HistogramSnapshot) {
+    for (bound, count) in &snapshot.cumulative {
+        let le = bound.map_or_else(|| "+Inf".to_owned(), seconds);
+        let _ = writeln!(out, "{PREFIX}{family}_bucket{{outcome=\"{outcome}\",le=\"{le}\"}} {count}");
+    }
+    let _ = writeln!(out, "{PREFIX}{family}_sum{{outcome=\"{outcome}\"}} {}", seconds(snapshot.sum_micros));
+    let _ = writeln!(out, "{PREFIX}{family}_count{{outcome=\"{outcome}\"}} {}", snapshot.count);
+}
+
+/// Microseconds as decimal seconds without float noise (`2500` → `0.0025`).
+fn seconds(micros: u64) -> String {
+    let text = format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000);
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn every_counter_family_has_help_text() {
+        for sample in Stats::default().samples() {
+            assert!(family_help(sample.family).is_some(), "no HELP for {}", sample.family);
+        }
+    }
+
+    #[test]
+    fn seconds_are_written_without_trailing_zeros() {
+        assert_eq!(seconds(2_500), "0.0025");
+        assert_eq!(seconds(1_000_000), "1");
+        assert_eq!(seconds(0), "0");
+        assert_eq!(seconds(1_500_001), "1.500001");
+    }
+
+    #[test]
+    fn the_exposition_has_one_type_line_per_family_and_labelled_samples() {
+        let stats = Stats::default();
+        Stats::bump(&stats.sold_out);
+        stats.booking_latency.admitted.observe(Duration::from_millis(3));
+        let text = render(&stats);
+        assert_eq!(text.matches("# TYPE seatrush_answers_total counter").count(), 1);
+        assert!(text.contains("seatrush_answers_total{status=\"sold_out\"} 1\n"));
+        assert!(text.contains("seatrush_honeypot_hits_total 0\n"));
+        assert!(text.contains("seatrush_booking_duration_seconds_bucket{outcome=\"admitted\",le=\"0.0025\"} 0\n"));
+        assert!(text.contains("seatrush_booking_duration_seconds_bucket{outcome=\"admitted\",le=\"0.005\"} 1\n"));
+        assert!(text.contains("seatrush_booking_duration_seconds_bucket{outcome=\"admitted\",le=\"+Inf\"} 1\n"));
+        assert!(text.contains("seatrush_booking_duration_seconds_count{outcome=\"refused\"} 0\n"));
+    }
+}
