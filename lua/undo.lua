@@ -14,7 +14,10 @@
 -- ARGV[1] code hash
 -- ARGV[2] nonce
 -- ARGV[3] admission id
--- Returns 1 when the seat went back to the pool, 0 when nothing changed.
+-- ARGV[4] optional: "seat-held" when the database says another booking holds this seat (Redis
+--         lost that booking's record); the seat then stays out of the pool instead of being
+--         handed out again, and `reconcile` restores the lost record and count.
+-- Returns 1 when the admission was undone, 0 when nothing changed.
 
 local record = redis.call('HGET', KEYS[1], ARGV[1])
 if not record then
@@ -29,6 +32,8 @@ if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('ZADD', KEYS[3], slot, slot)
+if ARGV[4] ~= 'seat-held' then
+  redis.call('ZADD', KEYS[3], slot, slot)
+end
 redis.call('HINCRBY', KEYS[2], level, -1)
 return 1

@@ -138,9 +138,12 @@ impl Sale {
             }
         };
         Stats::bump(&self.stats.undone_refused);
-        self.run_script(&self.scripts.undo, self.scripts.return_call(&self.scripts.undo, &view.keys, admission))
-            .await
-            .map_err(|e| self.redis_failed(e))?;
+        let undo = match refusal {
+            // Handing that seat out again would only meet the same refusal.
+            Refusal::Retry(_) => self.scripts.undo_seat_held_call(&view.keys, admission),
+            _ => self.scripts.return_call(&self.scripts.undo, &view.keys, admission),
+        };
+        self.run_script(&self.scripts.undo, undo).await.map_err(|e| self.redis_failed(e))?;
         Err(refusal)
     }
 }

@@ -8,8 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
-/// Attempts per candidate before it gives up (each after a short backoff).
-pub const TRIES_MAX: usize = 60;
+/// Attempts per candidate before it gives up (each after a short backoff)…
+pub const TRIES_MAX: usize = 400;
+/// …or once this long has passed since its first attempt, whichever comes first. A refused
+/// connection fails at once, so a count alone would run out while a server restarts.
+pub const ATTEMPT_DEADLINE: Duration = Duration::from_secs(45);
 const BACKOFF_MAX: Duration = Duration::from_millis(500);
 
 /// One candidate's plan.
@@ -99,7 +102,10 @@ pub async fn attempt(client: &reqwest::Client, urls: &[String], first: usize, ca
     });
     let mut last = (0u16, serde_json::Value::Null);
     let mut server = first;
-    for tries in 1..=TRIES_MAX {
+    let started = std::time::Instant::now();
+    let mut tries = 0;
+    while tries < TRIES_MAX && started.elapsed() < ATTEMPT_DEADLINE {
+        tries += 1;
         let url = &urls[server % urls.len()];
         match client.post(url).json(&body).send().await {
             Ok(response) => {
@@ -118,5 +124,5 @@ pub async fn attempt(client: &reqwest::Client, urls: &[String], first: usize, ca
         let backoff = Duration::from_millis(10 * tries as u64).min(BACKOFF_MAX);
         tokio::time::sleep(backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0)).await;
     }
-    Outcome { candidate, nonce, status: last.0, body: last.1, tries: TRIES_MAX }
+    Outcome { candidate, nonce, status: last.0, body: last.1, tries }
 }

@@ -86,6 +86,14 @@ impl Scripts {
         )
     }
 
+    /// The undo for an admission whose seat the database says another booking holds.
+    pub fn undo_seat_held_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
+        self.undo.call(
+            &[&keys.adm, &keys.taken, &keys.free, &keys.pending],
+            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id, "seat-held"],
+        )
+    }
+
     pub fn persisted_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
         self.persisted.call(
             &[&keys.adm, &keys.pending],

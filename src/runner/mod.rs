@@ -193,7 +193,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
 }
 
 /// Candidates arrive evenly over the burst window, each retrying with its nonce until a final
-/// answer (bounded by `crowd::TRIES_MAX`).
+/// answer (bounded by `crowd::TRIES_MAX` and `crowd::ATTEMPT_DEADLINE`).
 async fn paced_burst(topo: &Topology, candidates: Vec<Candidate>, config: &RunConfig) -> Vec<Outcome> {
     let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("client builds");
     let urls: Arc<Vec<String>> =

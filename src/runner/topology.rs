@@ -95,6 +95,7 @@ pub struct Topology {
     pub client_urls: Vec<String>,
     pub dial: Arc<LossDial>,
     min_replicas_to_write: u32,
+    failing_over: tokio::sync::Mutex<()>,
     _logs: tempfile::TempDir,
 }
 
@@ -173,6 +174,7 @@ impl Topology {
             client_urls,
             dial,
             min_replicas_to_write: options.min_replicas_to_write,
+            failing_over: tokio::sync::Mutex::new(()),
             _logs: logs,
         })
     }
@@ -200,6 +202,9 @@ impl Topology {
     /// stalled for a while before the kill, so the promoted replica lacks the primary's last
     /// writes: only what a replica acknowledged survives.
     pub async fn failover(&self, stall_first: Option<Duration>) -> anyhow::Result<()> {
+        // One failover at a time: a second kill while Sentinel is still promoting would leave no
+        // node with the data.
+        let _one_at_a_time = self.failing_over.lock().await;
         let old = self.primary_port()?;
         if let Some(stall) = stall_first {
             // SIGSTOP alone loses nothing (the kernel still buffers what the primary sends), so

@@ -258,3 +258,24 @@ async fn the_database_refuses_what_redis_should_never_have_admitted() {
     app.redis::<()>(redis::cmd("HSET").arg(&app.keys.taken).arg("A1").arg(1));
     app.assert_invariants().await;
 }
+
+#[tokio::test]
+async fn a_seat_the_database_holds_is_kept_out_of_the_pool_after_redis_lost_its_record() {
+    let app = spawn_app(AppOptions::default()).await;
+    let first = app.book("CODE-00001", "A1", &nonce("a")).await;
+    assert_eq!(first.status, 201);
+    let seat = first.body["slot"].as_i64().unwrap();
+    // Redis loses the booking (as a failover that lost an acknowledged write would): the seat is
+    // free again in Redis, the record and count are gone.
+    app.redis::<()>(redis::cmd("HDEL").arg(&app.keys.adm).arg(app.hash("CODE-00001").as_str()));
+    app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg("A1").arg(-1));
+    app.redis::<()>(redis::cmd("ZADD").arg(&app.keys.free).arg(seat).arg(seat));
+    let n = nonce("b");
+    let refused = app.book("CODE-00002", "A1", &n).await;
+    assert_eq!((refused.status, refused.status_str()), (503, "retry"), "the database refuses the seat it holds");
+    let retried = app.book("CODE-00002", "A1", &n).await;
+    assert_eq!(retried.status, 201, "the retry gets another seat instead of the same refusal");
+    assert_ne!(retried.body["slot"].as_i64().unwrap(), seat);
+    seatrush::reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    app.assert_invariants().await;
+}
