@@ -4,6 +4,7 @@
 
 use crate::event::EventId;
 use crate::keys::EventKeys;
+use crate::snapshot::RedisSide;
 use crate::store::Store;
 use redis::aio::MultiplexedConnection;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -34,14 +35,7 @@ pub async fn violations(conn: &mut MultiplexedConnection, store: &Store, event: 
         }
     }
 
-    let keys = EventKeys::new(event);
-    let (taken, free, records, pending): (HashMap<String, i64>, Vec<i64>, HashMap<String, String>, Vec<String>) = redis::pipe()
-        .hgetall(&keys.taken)
-        .zrange(&keys.free, 0, -1)
-        .hgetall(&keys.adm)
-        .zrange(&keys.pending, 0, -1)
-        .query_async(conn)
-        .await?;
+    let RedisSide { taken, free, records, pending } = RedisSide::read(conn, &EventKeys::new(event)).await?;
     for level in spec.levels.keys() {
         let redis = taken.get(level.as_str()).copied().unwrap_or(0);
         let db = per_level.get(level.as_str()).copied().unwrap_or(0);

@@ -26,5 +26,6 @@ pub mod redis_link;
 pub mod redis_server;
 pub mod sale;
 pub mod scripts;
+pub mod snapshot;
 pub mod stats;
 pub mod store;

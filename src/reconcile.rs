@@ -7,6 +7,7 @@
 use crate::code::CodeHash;
 use crate::event::EventId;
 use crate::keys::EventKeys;
+use crate::snapshot::RedisSide;
 use crate::redis_link::RedisLink;
 use crate::scripts::Admission;
 use crate::store::{BookingRow, Store};
@@ -94,13 +95,7 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
     let counts = store.level_counts(id).await?;
     let (db_event_taken, db_level_taken) = store.counters(id).await?;
 
-    let (taken, free, records, pending): (HashMap<String, i64>, Vec<i64>, HashMap<String, String>, Vec<String>) = redis::pipe()
-        .hgetall(&keys.taken)
-        .zrange(&keys.free, 0, -1)
-        .hgetall(&keys.adm)
-        .zrange(&keys.pending, 0, -1)
-        .query_async(conn)
-        .await?;
+    let RedisSide { taken, free, records, pending } = RedisSide::read(conn, &keys).await?;
 
     let in_db: HashMap<&str, &BookingRow> = holders.iter().map(|r| (r.code.as_str(), r)).collect();
     let pending: BTreeSet<String> = pending.into_iter().collect();
