@@ -114,7 +114,13 @@ fn parse_time(field: &'static str, value: Option<String>) -> Result<Option<i64>,
 impl EventSpec {
     /// Parses and checks an event file; the error names the first problem found.
     pub fn from_toml(text: &str) -> Result<Self, EventError> {
-        let file: EventFile = toml::from_str(text).map_err(|e| EventError::Toml(e.to_string()))?;
+        let file: EventFile = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+            EventError::Toml(match line {
+                Some(line) => format!("line {line}: {}", e.message()),
+                None => e.message().to_owned(),
+            })
+        })?;
         let id = EventId::parse(&file.id)?;
         if !(1..=TOTAL_SEATS_MAX).contains(&file.total_seats) {
             return Err(EventError::TotalSeats(file.total_seats));

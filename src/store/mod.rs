@@ -75,6 +75,9 @@ impl Store {
             Store::Sqlite(pool)
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let options = PgConnectOptions::from_str(url).map_err(|_| StoreError::Url(url.to_owned()))?;
+            // One direct connection first: the pool would only report its own timeout, not why.
+            use sqlx::Connection;
+            sqlx::postgres::PgConnection::connect_with(&options).await.map_err(StoreError::Connect)?.close().await.ok();
             let pool = PgPoolOptions::new()
                 .max_connections(POSTGRES_POOL_MAX)
                 .acquire_timeout(ACQUIRE_TIMEOUT)
