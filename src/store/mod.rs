@@ -112,3 +112,22 @@ impl Store {
         on_pool!(self, pool => sqlx::query("SELECT 1").execute(pool).await.is_ok())
     }
 }
+
+/// Every row of every seatrush table as text, for the test that no raw code is stored.
+pub async fn debug_dump(store: &Store) -> Result<String, StoreError> {
+    let mut out = String::new();
+    on_pool!(store, pool => {
+        let events: Vec<(String, String)> = sqlx::query_as("SELECT id, state FROM events").fetch_all(pool).await?;
+        let levels: Vec<(String, String)> = sqlx::query_as("SELECT event_id, name FROM levels").fetch_all(pool).await?;
+        let allow: Vec<(String, String)> = sqlx::query_as("SELECT event_id, code_hash FROM allowlist").fetch_all(pool).await?;
+        let rows: Vec<(String, String, String, String, String, String)> =
+            sqlx::query_as("SELECT event_id, code_hash, nonce, admission_id, level, state FROM bookings").fetch_all(pool).await?;
+        for (a, b) in events.iter().chain(&levels).chain(&allow) {
+            out.push_str(&format!("{a} {b}\n"));
+        }
+        for r in rows {
+            out.push_str(&format!("{} {} {} {} {} {}\n", r.0, r.1, r.2, r.3, r.4, r.5));
+        }
+    });
+    Ok(out)
+}

@@ -9,3 +9,4 @@ mod helpers;
 mod lifecycle;
 mod observability;
 mod scripts;
+mod secrecy;
