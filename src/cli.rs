@@ -41,6 +41,21 @@ pub struct Settings {
     /// Connections that group-commit admissions (each pipelines a batch, then one WAIT)
     #[arg(long, env = "SEATRUSH_COMMIT_CONNECTIONS", global = true, default_value_t = 4)]
     pub commit_connections: usize,
+    /// Most admits one committer pipelines under one WAIT (1 = a WAIT per admit, at most 256)
+    #[arg(long, env = "SEATRUSH_COMMIT_BATCH_MAX", global = true, default_value_t = 256)]
+    pub commit_batch_max: usize,
+    /// Most bookings written in one database transaction (0 = one transaction per request)
+    #[arg(long, env = "SEATRUSH_PERSIST_BATCH_MAX", global = true, default_value_t = 256)]
+    pub persist_batch_max: usize,
+    /// How long a database writer waits for more bookings before writing a short batch, in milliseconds
+    #[arg(long, env = "SEATRUSH_PERSIST_LINGER_MS", global = true, default_value_t = 0)]
+    pub persist_linger_ms: u64,
+    /// Database writer tasks, each with one batch transaction in flight
+    #[arg(long, env = "SEATRUSH_PERSIST_WRITERS", global = true, default_value_t = 1)]
+    pub persist_writers: usize,
+    /// Answer the allowlist gate from an in-memory copy of the event's code hashes (false = SISMEMBER per request)
+    #[arg(long, env = "SEATRUSH_ALLOWLIST_IN_MEMORY", global = true, default_value_t = true, action = clap::ArgAction::Set)]
+    pub allowlist_in_memory: bool,
 }
 
 #[derive(Subcommand, Debug)]

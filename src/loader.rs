@@ -152,7 +152,8 @@ async fn switch(conn: &mut MultiplexedConnection, event: &StoredEvent, keys: &Ev
         .arg("total_seats").arg(spec.total_seats)
         .arg("hold_seconds").arg(spec.hold_seconds)
         .arg("state").arg("open")
-        .arg("opened_at_ms").arg(now_ms());
+        .arg("opened_at_ms").arg(now_ms())
+        .arg("allow_version").arg(uuid::Uuid::new_v4().simple().to_string());
     if let Some(o) = spec.opens_at_ms {
         meta.arg("opens_at_ms").arg(o);
     }

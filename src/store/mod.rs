@@ -4,9 +4,11 @@
 
 mod bookings;
 mod events;
+mod hold_batch;
 
 pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome};
 pub use events::StoredEvent;
+pub use hold_batch::HoldItem;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
@@ -53,6 +55,9 @@ pub enum StoreError {
     Refused(String),
     #[error("database error: {0}")]
     Sql(#[from] sqlx::Error),
+    /// The shared transaction of a batched write failed; every booking in it is unwritten.
+    #[error("batched database write failed: {0}")]
+    Batch(String),
 }
 
 impl Store {

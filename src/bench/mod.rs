@@ -1,0 +1,1 @@
+//! `seatrush bench`: placeholder while the load tool is written.
