@@ -1,6 +1,6 @@
 use clap::Parser;
 use seatrush::cli::{AllowlistAction, Cli, Command, EventAction};
-use seatrush::{demo, ops};
+use seatrush::{bench, demo, ops};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -30,6 +30,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reconcile { event, repair } => ops::reconcile(s, &event.event, repair).await?,
         Command::Serve => ops::serve(s).await?,
         Command::Demo(args) => demo::run(s, &args).await?,
+        Command::Bench(args) => bench::run(s, &args).await?,
     }
     Ok(())
 }
