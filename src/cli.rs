@@ -53,6 +53,9 @@ pub struct Settings {
     /// Database writer tasks, each with one batch transaction in flight
     #[arg(long, env = "SEATRUSH_PERSIST_WRITERS", global = true, default_value_t = 1)]
     pub persist_writers: usize,
+    /// With SQLite, write batches on a connection of their own instead of through sqlx's worker thread
+    #[arg(long, env = "SEATRUSH_PERSIST_DIRECT_SQLITE", global = true, default_value_t = true, action = clap::ArgAction::Set)]
+    pub persist_direct_sqlite: bool,
     /// Answer the allowlist gate from an in-memory copy of the event's code hashes (false = SISMEMBER per request)
     #[arg(long, env = "SEATRUSH_ALLOWLIST_IN_MEMORY", global = true, default_value_t = true, action = clap::ArgAction::Set)]
     pub allowlist_in_memory: bool,

@@ -171,6 +171,7 @@ pub fn sale_settings(settings: &Settings) -> SaleSettings {
             batch_size_max: settings.persist_batch_max,
             linger: Duration::from_millis(settings.persist_linger_ms),
             writers: settings.persist_writers,
+            direct_sqlite: settings.persist_direct_sqlite,
         },
         allowlist_in_memory: settings.allowlist_in_memory,
     }

@@ -5,7 +5,7 @@
 //! [`Store::hold`] would have given it. With SQLite the writers serialise on the file lock anyway,
 //! so one writer with big batches beats many writers waiting on `busy_timeout`.
 
-use crate::store::{HoldItem, HoldOutcome, Store, StoreError};
+use crate::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Mutex};
@@ -22,11 +22,13 @@ pub struct PersistPolicy {
     pub linger: Duration,
     /// Writer tasks, each with a transaction of its own in flight.
     pub writers: usize,
+    /// With SQLite, write batches on a connection of its own instead of through sqlx.
+    pub direct_sqlite: bool,
 }
 
 impl Default for PersistPolicy {
     fn default() -> Self {
-        Self { batch_size_max: 256, linger: Duration::ZERO, writers: 1 }
+        Self { batch_size_max: 256, linger: Duration::ZERO, writers: 1, direct_sqlite: true }
     }
 }
 
@@ -50,10 +52,19 @@ impl Persister {
         if policy.batch_size_max == 0 {
             return Self { store, queue: None };
         }
+        let writer = match store.sqlite_path().filter(|_| policy.direct_sqlite).map(|p| SqliteBatchWriter::open(&p)) {
+            Some(Ok(direct)) => BatchWriter::Direct(direct),
+            Some(Err(e)) => {
+                // Same SQL, only slower: a working sale beats a refused start.
+                tracing::warn!(error = %e, "cannot open a second SQLite connection; batching through sqlx instead");
+                BatchWriter::Sqlx(store.clone())
+            }
+            None => BatchWriter::Sqlx(store.clone()),
+        };
         let (queue, receiver) = mpsc::channel(QUEUE_DEPTH_MAX);
         let receiver = Arc::new(Mutex::new(receiver));
         for _ in 0..policy.writers.max(1) {
-            tokio::spawn(write_batches(store.clone(), policy, receiver.clone()));
+            tokio::spawn(write_batches(writer.clone(), policy, receiver.clone()));
         }
         Self { store, queue: Some(queue) }
     }
@@ -70,7 +81,13 @@ impl Persister {
     }
 }
 
-async fn write_batches(store: Store, policy: PersistPolicy, receiver: Arc<Mutex<mpsc::Receiver<Job>>>) {
+#[derive(Clone)]
+enum BatchWriter {
+    Sqlx(Store),
+    Direct(SqliteBatchWriter),
+}
+
+async fn write_batches(writer: BatchWriter, policy: PersistPolicy, receiver: Arc<Mutex<mpsc::Receiver<Job>>>) {
     let mut batch: Vec<Job> = Vec::with_capacity(policy.batch_size_max);
     loop {
         {
@@ -84,7 +101,11 @@ async fn write_batches(store: Store, policy: PersistPolicy, receiver: Arc<Mutex<
             }
         }
         let items: Vec<HoldItem> = batch.iter().map(|j| j.item.clone()).collect();
-        match store.hold_batch(&items).await {
+        let written = match &writer {
+            BatchWriter::Sqlx(store) => store.hold_batch(&items).await,
+            BatchWriter::Direct(direct) => direct.hold_batch(items).await,
+        };
+        match written {
             Ok(outcomes) => {
                 for (job, outcome) in batch.drain(..).zip(outcomes) {
                     let _ = job.reply.send(outcome);

@@ -95,6 +95,7 @@ fn server_levers(s: &Settings, args: &LoadArgs) -> serde_json::Value {
         "persist_batch_max": s.persist_batch_max,
         "persist_linger_ms": s.persist_linger_ms,
         "persist_writers": s.persist_writers,
+        "persist_direct_sqlite": s.persist_direct_sqlite,
         "allowlist_in_memory": s.allowlist_in_memory,
         "allowlist_codes": args.codes,
     })
