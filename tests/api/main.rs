@@ -2,6 +2,9 @@
 //! started here), its own database and the app on port 0.
 
 mod admission;
+mod allowlist;
+mod bench;
 mod gates;
 mod helpers;
+mod persister;
 mod scripts;
