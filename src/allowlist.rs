@@ -32,7 +32,10 @@ pub struct AllowSet {
 impl AllowSet {
     /// Builds the set from lowercase hex hashes; anything else is skipped (open only loads hashes).
     pub fn from_hex<'a>(version: String, hex: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut hashes: Vec<[u8; 32]> = hex.into_iter().filter_map(decode).collect();
+        Self::from_binary(version, hex.into_iter().filter_map(decode).collect())
+    }
+
+    fn from_binary(version: String, mut hashes: Vec<[u8; 32]>) -> Self {
         hashes.sort_unstable();
         hashes.dedup();
         hashes.shrink_to_fit();
@@ -99,12 +102,13 @@ impl AllowCache {
         let mut conn = self.link.shared().await?;
         for _ in 0..LOAD_ATTEMPTS_MAX {
             let before: Option<String> = redis::cmd("HGET").arg(&view.keys.meta).arg("allow_version").query_async(&mut conn).await?;
-            let mut members: Vec<String> = Vec::new();
+            // Decoded page by page: a million hex Strings at once would double the peak footprint.
+            let mut members: Vec<[u8; 32]> = Vec::new();
             let mut cursor: u64 = 0;
             for _ in 0..SCAN_CALLS_MAX {
                 let (next, page): (u64, Vec<String>) =
                     redis::cmd("SSCAN").arg(&view.keys.allow).arg(cursor).arg("COUNT").arg(SCAN_COUNT).query_async(&mut conn).await?;
-                members.extend(page);
+                members.extend(page.iter().filter_map(|h| decode(h)));
                 cursor = next;
                 if cursor == 0 {
                     break;
@@ -113,7 +117,7 @@ impl AllowCache {
             let (after, count): (Option<String>, usize) =
                 redis::pipe().hget(&view.keys.meta, "allow_version").scard(&view.keys.allow).query_async(&mut conn).await?;
             let Some(version) = after.filter(|a| Some(a) == before.as_ref()) else { continue };
-            let set = AllowSet::from_hex(version, members.iter().map(String::as_str));
+            let set = AllowSet::from_binary(version, members);
             if cursor == 0 && set.len() == count {
                 tracing::info!(event = %view.id, codes = set.len(), "allowlist copied into memory");
                 return Ok(Arc::new(set));

@@ -165,6 +165,9 @@ pub struct LoadArgs {
     /// Registered codes are PREFIX followed by a 7-digit number from 0
     #[arg(long, default_value = "BENCH-")]
     pub code_prefix: String,
+    /// First code number handed out as a fresh booking (a second run against the same event starts past the first)
+    #[arg(long, default_value_t = 0)]
+    pub code_start: u64,
     /// Registered codes (and, self-contained, the allowlist size)
     #[arg(long, default_value_t = 300_000)]
     pub codes: u64,

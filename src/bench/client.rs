@@ -38,6 +38,11 @@ impl Connection {
         Self { sender: None }
     }
 
+    /// Connects now, so the run's clock does not include connection set-up.
+    pub async fn connect(&mut self, target: &Target) -> anyhow::Result<()> {
+        self.sender(target).await.map(|_| ())
+    }
+
     async fn sender(&mut self, target: &Target) -> anyhow::Result<&mut SendRequest<Full<Bytes>>> {
         if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
             let stream = tokio::net::TcpStream::connect(target.addr).await?;

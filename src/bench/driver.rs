@@ -118,10 +118,17 @@ struct Shared {
 
 /// Runs the load; returns the merged tally, the timeline and the wall time it took.
 pub async fn run(spec: RunSpec) -> (Tally, Vec<Second>, Duration) {
+    let mut connections = Vec::with_capacity(spec.connections);
+    for _ in 0..spec.connections {
+        let mut conn = Connection::new();
+        // A refused connection is retried by the first request and counted there.
+        let _ = conn.connect(&spec.target).await;
+        connections.push(conn);
+    }
     let timeline = Timeline::new(spec.duration);
     let shared = Arc::new(Shared { spec, start: Instant::now(), timeline, sent: AtomicU64::new(0), done: AtomicU64::new(0), admitted: AtomicU64::new(0), stop: AtomicBool::new(false) });
     let progress = tokio::spawn(show_progress(shared.clone()));
-    let tasks: Vec<_> = (0..shared.spec.connections).map(|i| tokio::spawn(connection(shared.clone(), i))).collect();
+    let tasks: Vec<_> = connections.into_iter().enumerate().map(|(i, conn)| tokio::spawn(connection(shared.clone(), i, conn))).collect();
     let mut tally = Tally::new();
     for task in tasks {
         tally.merge(task.await.expect("a load connection does not panic"));
@@ -142,9 +149,8 @@ fn may_send(shared: &Shared, at: Duration) -> bool {
     shared.spec.requests_max.is_none_or(|max| n < max)
 }
 
-async fn connection(shared: Arc<Shared>, index: usize) -> Tally {
+async fn connection(shared: Arc<Shared>, index: usize, mut conn: Connection) -> Tally {
     let spec = &shared.spec;
-    let mut conn = Connection::new();
     let mut planner = Planner::new(spec.levels.clone());
     let mut tally = Tally::new();
     let period = spec.rate.map(|rate| Duration::from_secs_f64(spec.connections as f64 / rate));

@@ -37,7 +37,7 @@ pub async fn run(settings: &Settings, args: &BenchArgs) -> anyhow::Result<()> {
 pub async fn load(settings: &Settings, args: &LoadArgs) -> anyhow::Result<Report> {
     let loadavg_before = Machine::loadavg();
     let mix = Mix::parse(&args.mix)?;
-    let codes = Arc::new(Codes::new(&args.code_prefix, args.codes));
+    let codes = Arc::new(Codes::starting_at(&args.code_prefix, args.codes, args.code_start));
     let topology = match &args.url {
         Some(_) => None,
         None => {

@@ -141,7 +141,7 @@ pub fn build(facts: RunFacts, tally: &Tally, seconds: &[Second], elapsed: Durati
         s.distinct_codes && s.distinct_slots && s.within_caps && s.redis_counters_match && s.answers_have_rows && s.held_rows <= s.seats
     });
     let counts_add_up = counted == tally.sent && tally.latency_us.len() == tally.sent;
-    let checks = Checks { counts_add_up, distinct_slots, unexpected_answers, passed: counts_add_up && distinct_slots && store_ok, store };
+    let checks = Checks { counts_add_up, distinct_slots, unexpected_answers, passed: counts_add_up && distinct_slots && unexpected_answers == 0 && store_ok, store };
     let timeline = seconds
         .iter()
         .enumerate()

@@ -76,7 +76,12 @@ pub struct Codes {
 
 impl Codes {
     pub fn new(prefix: &str, count: u64) -> Self {
-        Self { prefix: prefix.to_owned(), count, next: AtomicU64::new(0) }
+        Self::starting_at(prefix, count, 0)
+    }
+
+    /// Fresh bookings take codes `start..count`; bots pick from all of them.
+    pub fn starting_at(prefix: &str, count: u64, start: u64) -> Self {
+        Self { prefix: prefix.to_owned(), count, next: AtomicU64::new(start) }
     }
 
     pub fn code(&self, i: u64) -> String {

@@ -93,10 +93,15 @@ impl Store {
     /// Returns how many were new.
     pub async fn import_allowlist(&self, id: &EventId, hashes: &[CodeHash]) -> Result<u64, StoreError> {
         self.event(id).await?;
+        // In key order, each insert lands next to the last one in the primary-key B-tree instead
+        // of splitting pages all over it: a million codes import in a fraction of the time.
+        let mut sorted: Vec<&CodeHash> = hashes.iter().collect();
+        sorted.sort_unstable();
+        sorted.dedup();
         let mut added = 0;
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
-            for batch in hashes.chunks(IMPORT_BATCH_ROWS) {
+            for batch in sorted.chunks(IMPORT_BATCH_ROWS) {
                 let mut insert = sqlx::QueryBuilder::new("INSERT INTO allowlist (event_id, code_hash) ");
                 insert.push_values(batch, |mut row, hash| {
                     row.push_bind(id.as_str()).push_bind(hash.as_str());

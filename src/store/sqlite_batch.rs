@@ -15,6 +15,8 @@ use std::time::Duration;
 
 /// As the sqlx pool's: how long this writer waits for another writer's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the background checkpointer folds the WAL back into the database file.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 /// SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY, the codes sqlx reports as unique violations.
 const UNIQUE_CODES: [i32; 2] = [2067, 1555];
 
@@ -32,8 +34,20 @@ impl SqliteBatchWriter {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let conn = Connection::open(path).map_err(sql_error)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
-        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;").map_err(sql_error)?;
-        Ok(Self { conn: Arc::new(Mutex::new(conn)) })
+        // No automatic checkpoint on this connection: it commits most often, so it would run
+        // nearly every checkpoint, and a checkpoint's fsync inside a commit stalled every
+        // booking of the batch behind it (measured: 200 ms p99 spikes at 8,330 req/s).
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 0;")
+            .map_err(sql_error)?;
+        let writer = Self { conn: Arc::new(Mutex::new(conn)) };
+        let checkpointer = Connection::open(path).map_err(sql_error)?;
+        checkpointer.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
+        let alive = Arc::downgrade(&writer.conn);
+        std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || checkpoint_while(alive, checkpointer))
+            .map_err(|e| StoreError::Batch(format!("starting the checkpointer: {e}")))?;
+        Ok(writer)
     }
 
     /// The writes in order, one transaction; see [`super::Store::hold_batch`] for the contract.
@@ -46,6 +60,16 @@ impl SqliteBatchWriter {
         .await
         .map_err(|e| StoreError::Batch(format!("writer thread: {e}")))?;
         written.map_err(sql_error)
+    }
+}
+
+/// PASSIVE checkpoints beside the writer (they never block it) until the writer is dropped.
+fn checkpoint_while(alive: std::sync::Weak<Mutex<Connection>>, conn: Connection) {
+    while alive.strong_count() > 0 {
+        std::thread::sleep(CHECKPOINT_INTERVAL);
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(error = %e, "background WAL checkpoint failed; the next one retries");
+        }
     }
 }
 
