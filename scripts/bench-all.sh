@@ -16,7 +16,7 @@ run() { # name, args...
   local name=$1; shift
   echo; echo "## $name: seatrush bench $* (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
   /usr/bin/time -f "cpu of the whole run (client, server, redis, replica): %U s user + %S s sys, %e s wall" \
-    "$S" bench --out-dir "$OUT/$name" "$@" 2>&1 | grep -a -v -E '^\S*\[2m|INFO'
+    "$S" bench --out-dir "$OUT/$name" "$@" 2>&1 | grep -a -v -E '^\S*\[2m|INFO' || echo "## $name FAILED (see above)"
 }
 
 run closed-default --duration-s "$SECONDS_PER_RUN"
@@ -27,7 +27,8 @@ run lever-allowlist-in-redis --duration-s "$SECONDS_PER_RUN" --no-ceiling --allo
 run lever-wait-per-admit --duration-s "$SECONDS_PER_RUN" --no-ceiling --commit-batch-max 1
 run lever-commit-connections-1 --duration-s "$SECONDS_PER_RUN" --no-ceiling --commit-connections 1
 run no-replica --duration-s "$SECONDS_PER_RUN" --no-ceiling --no-replica
-run postgres --duration-s "$SECONDS_PER_RUN" --no-ceiling --backend postgres --persist-writers 4
+run postgres --duration-s "$SECONDS_PER_RUN" --no-ceiling --backend postgres
+run postgres-persist-batch-off --duration-s "$SECONDS_PER_RUN" --no-ceiling --backend postgres --persist-batch-max 0
 run open-833 --rate 833 --connections 32 --duration-s 20 --no-ceiling
 run open-8330 --rate 8330 --connections 256 --duration-s 20 --no-ceiling
 
