@@ -15,7 +15,9 @@ struct Series<'a> {
 }
 
 pub fn render(report: &Report) -> String {
-    let t = &report.timeline;
+    // The last second is usually partial (the run ends mid-second); drawn, it looks like a collapse.
+    let whole = (report.duration_s.floor() as usize).max(2).min(report.timeline.len());
+    let t = &report.timeline[..whole];
     let throughput = [
         Series { name: "answers/s", color: "#1f77b4", values: t.iter().map(|s| s.requests as f64).collect() },
         Series { name: "admitted/s", color: "#2ca02c", values: t.iter().map(|s| s.admitted as f64).collect() },
