@@ -14,7 +14,7 @@ use crate::faults::CrashPoint;
 use crate::nonce::Nonce;
 use crate::scripts::{Admission, AdmitReply};
 use crate::stats::Stats;
-use crate::store::HoldOutcome;
+use crate::store::{HoldItem, HoldOutcome};
 use redis::RedisError;
 
 /// A booking request whose fields have passed the shape gate.
@@ -100,6 +100,14 @@ impl Sale {
     }
 
     async fn check_allowlist(&self, view: &EventView, code: &CodeHash) -> Result<(), Refusal> {
+        if self.settings.allowlist_in_memory {
+            match self.allowlist.contains(view, code).await {
+                Ok(Some(true)) => return Ok(()),
+                Ok(Some(false)) => return Err(Refusal::NotRegistered),
+                Ok(None) => {}
+                Err(e) => return Err(self.redis_failed(e)),
+            }
+        }
         let mut conn = self.link.shared().await.map_err(|e| self.redis_failed(e))?;
         let allowed: Result<bool, RedisError> =
             redis::cmd("SISMEMBER").arg(&view.keys.allow).arg(code.as_str()).query_async(&mut conn).await;
@@ -116,7 +124,8 @@ impl Sale {
     /// The database write, then the pending entry dropped. A refusal by the database is undone
     /// in Redis and answered as Redis would have answered.
     async fn persist(&self, view: &EventView, admission: &Admission, hold_until_ms: i64) -> Result<(), Refusal> {
-        let outcome = self.store.hold(&view.id, admission, hold_until_ms, now_ms()).await;
+        let item = HoldItem { event: view.id.clone(), admission: admission.clone(), hold_until_ms, now_ms: now_ms() };
+        let outcome = self.persister.hold(item).await;
         let refusal = match outcome {
             Ok(HoldOutcome::Held | HoldOutcome::AlreadyHeld) => {
                 self.crash.maybe(CrashPoint::AfterPersist);

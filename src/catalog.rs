@@ -26,6 +26,8 @@ pub struct EventView {
     /// `close` ran.
     pub closed: bool,
     pub levels: BTreeMap<LevelName, i64>,
+    /// Stamped by each `open`; a new value means the allowlist in Redis was replaced.
+    pub allow_version: Option<String>,
 }
 
 /// Where the sale window stands.
@@ -108,6 +110,7 @@ fn view_from(id: &EventId, keys: EventKeys, meta: &HashMap<String, String>, caps
         closes_at_ms: int("closes_at_ms"),
         closed: meta.get("state").is_some_and(|s| s == "closed"),
         levels: caps.into_iter().filter_map(|(name, cap)| Some((LevelName::parse(&name)?, cap))).collect(),
+        allow_version: meta.get("allow_version").cloned(),
     })
 }
 
@@ -131,6 +134,7 @@ mod tests {
             closes_at_ms: closes,
             closed,
             levels: BTreeMap::new(),
+            allow_version: None,
         }
     }
 

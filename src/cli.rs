@@ -41,6 +41,24 @@ pub struct Settings {
     /// Connections that group-commit admissions (each pipelines a batch, then one WAIT)
     #[arg(long, env = "SEATRUSH_COMMIT_CONNECTIONS", global = true, default_value_t = 4)]
     pub commit_connections: usize,
+    /// Most admits one committer pipelines under one WAIT (1 = a WAIT per admit, at most 256)
+    #[arg(long, env = "SEATRUSH_COMMIT_BATCH_MAX", global = true, default_value_t = 256)]
+    pub commit_batch_max: usize,
+    /// Most bookings written in one database transaction (0 = one transaction per request)
+    #[arg(long, env = "SEATRUSH_PERSIST_BATCH_MAX", global = true, default_value_t = 256)]
+    pub persist_batch_max: usize,
+    /// How long a database writer waits for more bookings before writing a short batch, in milliseconds
+    #[arg(long, env = "SEATRUSH_PERSIST_LINGER_MS", global = true, default_value_t = 0)]
+    pub persist_linger_ms: u64,
+    /// Database writer tasks, each with one batch transaction in flight
+    #[arg(long, env = "SEATRUSH_PERSIST_WRITERS", global = true, default_value_t = 1)]
+    pub persist_writers: usize,
+    /// With SQLite, write batches on a connection of their own instead of through sqlx's worker thread
+    #[arg(long, env = "SEATRUSH_PERSIST_DIRECT_SQLITE", global = true, default_value_t = true, action = clap::ArgAction::Set)]
+    pub persist_direct_sqlite: bool,
+    /// Answer the allowlist gate from an in-memory copy of the event's code hashes (false = SISMEMBER per request)
+    #[arg(long, env = "SEATRUSH_ALLOWLIST_IN_MEMORY", global = true, default_value_t = true, action = clap::ArgAction::Set)]
+    pub allowlist_in_memory: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -75,6 +93,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// Fault runner: a loopback deployment driven through faults, then the invariants checked
     Faults(crate::runner::RunConfig),
+    /// Load generator for the booking API, and the contention comparison (`bench strategies`)
+    Bench(BenchArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -114,4 +134,98 @@ pub struct DemoArgs {
     /// Registration codes in the demo allowlist
     #[arg(long, default_value_t = 200)]
     pub codes: usize,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum BenchCommand {
+    /// One hot event booked four ways: Lua script, WATCH/MULTI/EXEC, SET NX PX lock, PostgreSQL counter row
+    Strategies(StrategiesArgs),
+}
+
+/// The HTTP load run. Without `--url` it starts its own topology (private Redis primary and
+/// replica, SQLite in a temp dir, an event with `--codes` codes, the server in-process on port 0).
+#[derive(Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// Target an existing server (http://host:port); its event must allow the codes PREFIX0000000…
+    #[arg(long, env = "SEATRUSH_BENCH_URL")]
+    pub url: Option<String>,
+    /// Event to book
+    #[arg(long, default_value = "bench")]
+    pub event: String,
+    /// Levels to spread bookings over, comma-separated
+    #[arg(long, default_value = "A1,B1,C1", value_delimiter = ',')]
+    pub levels: Vec<String>,
+    /// Registered codes are PREFIX followed by a 7-digit number from 0
+    #[arg(long, default_value = "BENCH-")]
+    pub code_prefix: String,
+    /// First code number handed out as a fresh booking (a second run against the same event starts past the first)
+    #[arg(long, default_value_t = 0)]
+    pub code_start: u64,
+    /// Registered codes (and, self-contained, the allowlist size)
+    #[arg(long, default_value_t = 300_000)]
+    pub codes: u64,
+    /// Seats in the self-contained event (default: one per code)
+    #[arg(long)]
+    pub seats: Option<i64>,
+    /// HTTP connections, each with one request in flight
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+    /// Open loop at this many requests per second (latency from the intended send time); absent = closed loop
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Length of the run, in seconds
+    #[arg(long, default_value_t = 10)]
+    pub duration_s: u64,
+    /// Stop after this many requests even if time is left
+    #[arg(long)]
+    pub requests_max: Option<u64>,
+    /// Workload mix, as weights: fresh, retry (same nonce), duplicate (new nonce), unregistered, bot
+    #[arg(long, default_value = "fresh=86,retry=4,duplicate=4,unregistered=3,bot=3")]
+    pub mix: String,
+    /// Where report.json and report.svg go
+    #[arg(long, default_value = "bench-out")]
+    pub out_dir: PathBuf,
+    /// Self-contained: no replica (and no WAIT)
+    #[arg(long)]
+    pub no_replica: bool,
+    /// Self-contained: skip the Redis ceiling measurement (redis-benchmark on the same primary)
+    #[arg(long)]
+    pub no_ceiling: bool,
+    /// Self-contained: database for the run, `sqlite` (a file in a temp dir) or `postgres` (a fresh database on --postgres-admin-url, dropped afterwards)
+    #[arg(long, default_value = "sqlite")]
+    pub backend: String,
+    /// Where `--backend postgres` creates its database
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    pub postgres_admin_url: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StrategiesArgs {
+    /// Seats of the hot event
+    #[arg(long, default_value_t = 1000)]
+    pub seats: i64,
+    /// Concurrent clients, each with its own connection
+    #[arg(long, default_value_t = 200)]
+    pub clients: usize,
+    /// Sell-outs per strategy (figures are over all of them)
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// PostgreSQL database in which a schema of its own is created and dropped afterwards
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    pub postgres_url: String,
+    /// Most PostgreSQL connections (the server's max_connections is shared with other users)
+    #[arg(long, default_value_t = 40)]
+    pub postgres_connections: u32,
+    /// Where strategies.json goes
+    #[arg(long, default_value = "bench-out")]
+    pub out_dir: PathBuf,
 }

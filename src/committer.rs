@@ -73,10 +73,23 @@ pub struct Committer {
 impl Committer {
     /// Starts `connections` committer tasks; they stop when every `Committer` clone is dropped.
     pub fn start(link: Arc<RedisLink>, scripts: Arc<Scripts>, policy: AckPolicy, connections: usize, crash: FaultPlan) -> Self {
+        Self::start_batched(link, scripts, policy, connections, BATCH_SIZE_MAX, crash)
+    }
+
+    /// As [`Committer::start`], with at most `batch_size_max` admits (at least 1) per round.
+    pub fn start_batched(
+        link: Arc<RedisLink>,
+        scripts: Arc<Scripts>,
+        policy: AckPolicy,
+        connections: usize,
+        batch_size_max: usize,
+        crash: FaultPlan,
+    ) -> Self {
         let (queue, receiver) = mpsc::channel(QUEUE_DEPTH_MAX);
         let receiver = Arc::new(Mutex::new(receiver));
+        let batch_size_max = batch_size_max.clamp(1, BATCH_SIZE_MAX);
         for _ in 0..connections.max(1) {
-            let worker = Worker { link: link.clone(), scripts: scripts.clone(), policy, crash: crash.clone(), conn: None };
+            let worker = Worker { link: link.clone(), scripts: scripts.clone(), policy, batch_size_max, crash: crash.clone(), conn: None };
             tokio::spawn(worker.run(receiver.clone()));
         }
         Self { queue }
@@ -96,15 +109,16 @@ struct Worker {
     link: Arc<RedisLink>,
     scripts: Arc<Scripts>,
     policy: AckPolicy,
+    batch_size_max: usize,
     crash: FaultPlan,
     conn: Option<MultiplexedConnection>,
 }
 
 impl Worker {
     async fn run(mut self, receiver: Arc<Mutex<mpsc::Receiver<Job>>>) {
-        let mut batch = Vec::with_capacity(BATCH_SIZE_MAX);
+        let mut batch = Vec::with_capacity(self.batch_size_max);
         loop {
-            let received = receiver.lock().await.recv_many(&mut batch, BATCH_SIZE_MAX).await;
+            let received = receiver.lock().await.recv_many(&mut batch, self.batch_size_max).await;
             if received == 0 {
                 return;
             }

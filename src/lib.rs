@@ -2,6 +2,8 @@
 //! runs through `admission.rs` (gates, script, WAIT, persist); the script itself is `lua/admit.lua`.
 
 pub mod admission;
+pub mod allowlist;
+pub mod bench;
 pub mod catalog;
 pub mod cli;
 pub mod code;
@@ -19,6 +21,7 @@ pub mod lifecycle;
 pub mod loader;
 pub mod nonce;
 pub mod ops;
+pub mod persister;
 pub mod reaper;
 pub mod reconcile;
 pub mod runner;

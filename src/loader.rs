@@ -13,6 +13,39 @@ use redis::aio::MultiplexedConnection;
 
 /// Members per SADD/ZADD while staging; keeps each command small.
 const LOAD_BATCH_MAX: usize = 10_000;
+/// Staging commands sent before the first of them must have answered: the multiplexed connection
+/// pipelines them, so Redis works while the next page is read from the database.
+const LOAD_IN_FLIGHT_MAX: usize = 8;
+
+/// Sends staging commands with up to [`LOAD_IN_FLIGHT_MAX`] unanswered; `finish` waits for the rest.
+struct Stager {
+    conn: MultiplexedConnection,
+    in_flight: futures::stream::FuturesOrdered<futures::future::BoxFuture<'static, redis::RedisResult<()>>>,
+}
+
+impl Stager {
+    fn new(conn: &MultiplexedConnection) -> Self {
+        Self { conn: conn.clone(), in_flight: futures::stream::FuturesOrdered::new() }
+    }
+
+    async fn send(&mut self, cmd: redis::Cmd) -> redis::RedisResult<()> {
+        use futures::StreamExt;
+        if self.in_flight.len() >= LOAD_IN_FLIGHT_MAX {
+            self.in_flight.next().await.expect("non-empty")?;
+        }
+        let mut conn = self.conn.clone();
+        self.in_flight.push_back(Box::pin(async move { cmd.query_async::<()>(&mut conn).await }));
+        Ok(())
+    }
+
+    async fn finish(mut self) -> redis::RedisResult<()> {
+        use futures::StreamExt;
+        while let Some(done) = self.in_flight.next().await {
+            done?;
+        }
+        Ok(())
+    }
+}
 
 /// What `open` did, for its report.
 #[derive(Debug)]
@@ -67,13 +100,17 @@ async fn stage_allowlist(conn: &mut MultiplexedConnection, store: &Store, id: &E
     redis::cmd("DEL").arg(&staged).query_async::<()>(conn).await?;
     let mut after = String::new();
     let mut count = 0i64;
+    let mut stager = Stager::new(conn);
     loop {
         let page = store.allowlist_page(id, &after, LOAD_BATCH_MAX as i64).await?;
         let Some(last) = page.last() else { break };
         after = last.clone();
         count += page.len() as i64;
-        redis::cmd("SADD").arg(&staged).arg(&page).query_async::<()>(conn).await.context("staging the allowlist")?;
+        let mut sadd = redis::cmd("SADD");
+        sadd.arg(&staged).arg(&page);
+        stager.send(sadd).await.context("staging the allowlist")?;
     }
+    stager.finish().await.context("staging the allowlist")?;
     let expected = store.allowlist_count(id).await?;
     if count != expected {
         bail!("allowlist changed while loading ({count} read, {expected} now); run open again");
@@ -88,14 +125,16 @@ async fn stage_seats(conn: &mut MultiplexedConnection, event: &StoredEvent, keys
     for key in [&keys.free, &keys.taken, &keys.adm] {
         redis::cmd("DEL").arg(EventKeys::staged(key)).query_async::<()>(conn).await?;
     }
+    let mut stager = Stager::new(conn);
     for chunk in free.chunks(LOAD_BATCH_MAX) {
         let mut zadd = redis::cmd("ZADD");
         zadd.arg(EventKeys::staged(&keys.free));
         for seat in chunk {
             zadd.arg(seat).arg(seat);
         }
-        zadd.query_async::<()>(conn).await?;
+        stager.send(zadd).await?;
     }
+    stager.finish().await?;
     let mut taken = redis::cmd("HSET");
     taken.arg(EventKeys::staged(&keys.taken));
     for level in event.spec.levels.keys() {
@@ -152,7 +191,8 @@ async fn switch(conn: &mut MultiplexedConnection, event: &StoredEvent, keys: &Ev
         .arg("total_seats").arg(spec.total_seats)
         .arg("hold_seconds").arg(spec.hold_seconds)
         .arg("state").arg("open")
-        .arg("opened_at_ms").arg(now_ms());
+        .arg("opened_at_ms").arg(now_ms())
+        .arg("allow_version").arg(uuid::Uuid::new_v4().simple().to_string());
     if let Some(o) = spec.opens_at_ms {
         meta.arg("opens_at_ms").arg(o);
     }

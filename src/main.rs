@@ -1,6 +1,6 @@
 use clap::Parser;
 use seatrush::cli::{AllowlistAction, Cli, Command, EventAction};
-use seatrush::{demo, ops, runner};
+use seatrush::{bench, demo, ops, runner};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -40,6 +40,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 anyhow::bail!("{} invariant violations", report.violations.len());
             }
         }
+        Command::Bench(args) => bench::run(s, &args).await?,
     }
     Ok(())
 }

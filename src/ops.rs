@@ -8,6 +8,7 @@ use crate::event::{EventId, EventSpec};
 use crate::faults::FaultPlan;
 use crate::http::{self, AppState};
 use crate::loader;
+use crate::persister::PersistPolicy;
 use crate::reconcile;
 use crate::redis_link::{require_noeviction, RedisLink};
 use crate::sale::{Sale, SaleSettings};
@@ -165,6 +166,14 @@ pub fn sale_settings(settings: &Settings) -> SaleSettings {
         commit_connections: settings.commit_connections,
         persist_timeout: Duration::from_millis(settings.persist_timeout_ms),
         reaper_interval: Duration::from_millis(settings.reaper_interval_ms),
+        commit_batch_max: settings.commit_batch_max,
+        persist: PersistPolicy {
+            batch_size_max: settings.persist_batch_max,
+            linger: Duration::from_millis(settings.persist_linger_ms),
+            writers: settings.persist_writers,
+            direct_sqlite: settings.persist_direct_sqlite,
+        },
+        allowlist_in_memory: settings.allowlist_in_memory,
     }
 }
 
@@ -173,6 +182,9 @@ pub async fn build_app(settings: &Settings) -> anyhow::Result<AppState> {
     let (link, store) = connect(settings).await?;
     require_noeviction(&mut link.check().await?).await?;
     let sale = Sale::new(Arc::new(link), store, sale_settings(settings), FaultPlan::from_env());
+    if sale.settings.allowlist_in_memory {
+        sale.warm_allowlists().await?;
+    }
     Ok(AppState { sale: Arc::new(sale), hasher: CodeHasher::from_env(), operator_token: settings.operator_token.clone() })
 }
 

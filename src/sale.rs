@@ -4,10 +4,12 @@
 //! (`reaper.rs`) are its methods.
 
 use crate::admission::Refusal;
+use crate::allowlist::AllowCache;
 use crate::catalog::{Catalog, EventView};
 use crate::committer::{AckPolicy, Committer};
 use crate::event::EventId;
 use crate::faults::FaultPlan;
+use crate::persister::{PersistPolicy, Persister};
 use crate::redis_link::RedisLink;
 use crate::scripts::{self, Scripts};
 use crate::stats::Stats;
@@ -25,6 +27,12 @@ pub struct SaleSettings {
     /// How old a pending admission must be before the reaper releases it.
     pub persist_timeout: Duration,
     pub reaper_interval: Duration,
+    /// Most admits pipelined under one WAIT.
+    pub commit_batch_max: usize,
+    /// Batched database writes of the request path.
+    pub persist: PersistPolicy,
+    /// Answer the allowlist gate from an in-memory copy instead of SISMEMBER.
+    pub allowlist_in_memory: bool,
 }
 
 impl Default for SaleSettings {
@@ -34,6 +42,9 @@ impl Default for SaleSettings {
             commit_connections: 4,
             persist_timeout: Duration::from_secs(10),
             reaper_interval: Duration::from_secs(1),
+            commit_batch_max: crate::committer::BATCH_SIZE_MAX,
+            persist: PersistPolicy::default(),
+            allowlist_in_memory: true,
         }
     }
 }
@@ -43,7 +54,9 @@ pub struct Sale {
     pub scripts: Arc<Scripts>,
     pub committer: Committer,
     pub catalog: Catalog,
+    pub allowlist: AllowCache,
     pub store: Store,
+    pub persister: Persister,
     pub stats: Arc<Stats>,
     pub crash: FaultPlan,
     pub settings: SaleSettings,
@@ -53,9 +66,18 @@ impl Sale {
     /// Wires the parts together and starts the committers (inside the current Tokio runtime).
     pub fn new(link: Arc<RedisLink>, store: Store, settings: SaleSettings, crash: FaultPlan) -> Self {
         let scripts = Arc::new(Scripts::with_broken_guard(crash.broken_guard));
-        let committer = Committer::start(link.clone(), scripts.clone(), settings.ack, settings.commit_connections, crash.clone());
+        let committer = Committer::start_batched(
+            link.clone(),
+            scripts.clone(),
+            settings.ack,
+            settings.commit_connections,
+            settings.commit_batch_max,
+            crash.clone(),
+        );
         Self {
             catalog: Catalog::new(link.clone()),
+            allowlist: AllowCache::new(link.clone()),
+            persister: Persister::start(store.clone(), settings.persist),
             link,
             scripts,
             committer,

@@ -24,10 +24,10 @@ pub struct BookingRow {
     pub hold_until_ms: i64,
 }
 
-type RowTuple = (String, String, String, i64, String, String, i64, i64);
-const ROW_COLUMNS: &str = "code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms";
+pub(super) type RowTuple = (String, String, String, i64, String, String, i64, i64);
+pub(super) const ROW_COLUMNS: &str = "code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms";
 
-fn to_row(t: RowTuple) -> Option<BookingRow> {
+pub(super) fn to_row(t: RowTuple) -> Option<BookingRow> {
     Some(BookingRow {
         code: CodeHash::from_hex(&t.0)?,
         nonce: t.1,
@@ -63,6 +63,15 @@ pub enum HoldOutcome {
     SeatTaken,
 }
 
+/// Why the request path's upsert changed nothing, judged from the row that stopped it.
+pub(super) fn unclaimed(row: Option<BookingRow>, adm: &Admission) -> HoldOutcome {
+    match row {
+        Some(r) if r.admission_id == adm.id && r.holds_seat() => HoldOutcome::AlreadyHeld,
+        Some(r) if r.admission_id == adm.id => HoldOutcome::ReaperWon,
+        _ => HoldOutcome::CodeHasSeat,
+    }
+}
+
 /// What the reaper's write found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReapOutcome {
@@ -91,7 +100,7 @@ pub struct LevelCounts {
     pub paid: i64,
 }
 
-const UPSERT: &str = "INSERT INTO bookings (event_id, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms, updated_ms)
+pub(super) const UPSERT: &str = "INSERT INTO bookings (event_id, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms, updated_ms)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
      ON CONFLICT (event_id, code_hash) DO UPDATE SET nonce = excluded.nonce, admission_id = excluded.admission_id,
        slot = excluded.slot, level = excluded.level, state = excluded.state, admitted_ms = excluded.admitted_ms,
@@ -132,11 +141,7 @@ impl Store {
             return Ok(HoldOutcome::Held);
         }
         let row = self.booking(event, &adm.code).await?;
-        Ok(match row {
-            Some(r) if r.admission_id == adm.id && r.holds_seat() => HoldOutcome::AlreadyHeld,
-            Some(r) if r.admission_id == adm.id => HoldOutcome::ReaperWon,
-            _ => HoldOutcome::CodeHasSeat,
-        })
+        Ok(unclaimed(row, adm))
     }
 
     /// The reaper's write for an admission that stayed pending too long: claim the row `released`

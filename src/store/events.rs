@@ -93,10 +93,15 @@ impl Store {
     /// Returns how many were new.
     pub async fn import_allowlist(&self, id: &EventId, hashes: &[CodeHash]) -> Result<u64, StoreError> {
         self.event(id).await?;
+        // In key order, each insert lands next to the last one in the primary-key B-tree instead
+        // of splitting pages all over it: a million codes import in a fraction of the time.
+        let mut sorted: Vec<&CodeHash> = hashes.iter().collect();
+        sorted.sort_unstable();
+        sorted.dedup();
         let mut added = 0;
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
-            for batch in hashes.chunks(IMPORT_BATCH_ROWS) {
+            for batch in sorted.chunks(IMPORT_BATCH_ROWS) {
                 let mut insert = sqlx::QueryBuilder::new("INSERT INTO allowlist (event_id, code_hash) ");
                 insert.push_values(batch, |mut row, hash| {
                     row.push_bind(id.as_str()).push_bind(hash.as_str());
@@ -120,6 +125,18 @@ impl Store {
     /// One page of the allowlist in hash order, after `after` (keyset pagination, so loading a
     /// million codes never holds them all in one result).
     pub async fn allowlist_page(&self, id: &EventId, after: &str, limit: i64) -> Result<Vec<String>, StoreError> {
+        if let Store::Sqlite(pool) = self {
+            // One row per page: sqlx hands SQLite rows over from its worker thread one by one,
+            // and for a million codes those hand-overs, not the query, took most of `open`.
+            let (joined,): (Option<String>,) = sqlx::query_as(
+                "SELECT group_concat(code_hash, ' ') FROM
+                   (SELECT code_hash FROM allowlist WHERE event_id = $1 AND code_hash > $2 ORDER BY code_hash LIMIT $3)",
+            ).bind(id.as_str()).bind(after).bind(limit).fetch_one(pool).await?;
+            let mut page: Vec<String> = joined.unwrap_or_default().split(' ').filter(|h| !h.is_empty()).map(str::to_owned).collect();
+            // group_concat's order is not guaranteed; the keyset cursor needs the last in order.
+            page.sort_unstable();
+            return Ok(page);
+        }
         on_pool!(self, pool => {
             let rows: Vec<(String,)> = sqlx::query_as(
                 "SELECT code_hash FROM allowlist WHERE event_id = $1 AND code_hash > $2 ORDER BY code_hash LIMIT $3",

@@ -4,9 +4,13 @@
 
 mod bookings;
 mod events;
+mod hold_batch;
+mod sqlite_batch;
 
 pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome};
 pub use events::StoredEvent;
+pub use hold_batch::HoldItem;
+pub use sqlite_batch::SqliteBatchWriter;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
@@ -53,6 +57,9 @@ pub enum StoreError {
     Refused(String),
     #[error("database error: {0}")]
     Sql(#[from] sqlx::Error),
+    /// The shared transaction of a batched write failed; every booking in it is unwritten.
+    #[error("batched database write failed: {0}")]
+    Batch(String),
 }
 
 impl Store {
@@ -98,6 +105,14 @@ impl Store {
             Store::Postgres(pool) => sqlx::migrate!("migrations/postgres").run(pool).await?,
         }
         Ok(())
+    }
+
+    /// The SQLite file behind the pool, for a writer of its own; None for PostgreSQL.
+    pub fn sqlite_path(&self) -> Option<std::path::PathBuf> {
+        match self {
+            Store::Sqlite(pool) => Some(pool.connect_options().get_filename().to_path_buf()),
+            Store::Postgres(_) => None,
+        }
     }
 
     pub fn backend(&self) -> &'static str {

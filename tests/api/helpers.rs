@@ -167,6 +167,7 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
         commit_connections: 2,
         persist_timeout: options.persist_timeout,
         reaper_interval: Duration::from_millis(100),
+        ..SaleSettings::default()
     };
     let sale = Arc::new(Sale::new(link, store.clone(), settings, FaultPlan::none()));
     let state = AppState { sale: sale.clone(), hasher: hasher.clone(), operator_token: Some(OPERATOR_TOKEN.into()) };

@@ -2,11 +2,14 @@
 //! started here), its own database and the app on port 0.
 
 mod admission;
+mod allowlist;
+mod bench;
 mod crash;
 mod faults;
 mod gates;
 mod helpers;
 mod lifecycle;
 mod observability;
+mod persister;
 mod scripts;
 mod secrecy;

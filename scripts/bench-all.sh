@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Every benchmark of BENCHMARKS.md, in order, with the machine's state before each. Figures go to
+# bench-out/<name>/ (report.json, report.svg, or strategies.json) and to stdout. Traffic stays on
+# 127.0.0.1; every Redis and database it uses is private and removed afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q
+S=target/release/seatrush
+OUT=${OUT:-bench-out}
+mkdir -p "$OUT"
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
+
+echo "## machine"; nproc; free -h | head -2; redis-server --version; uptime
+
+run() { # name, args...
+  local name=$1; shift
+  echo; echo "## $name: seatrush bench $* (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
+  /usr/bin/time -f "cpu of the whole run (client, server, redis, replica): %U s user + %S s sys, %e s wall" \
+    "$S" bench --out-dir "$OUT/$name" "$@" 2>&1 | grep -a -v -E '^\S*\[2m|INFO' || echo "## $name FAILED (see above)"
+}
+
+run closed-default --duration-s "$SECONDS_PER_RUN"
+run closed-no-ceiling --duration-s "$SECONDS_PER_RUN" --no-ceiling
+run lever-persist-batch-off --duration-s "$SECONDS_PER_RUN" --no-ceiling --persist-batch-max 0
+run lever-persist-through-sqlx --duration-s "$SECONDS_PER_RUN" --no-ceiling --persist-direct-sqlite false
+run lever-allowlist-in-redis --duration-s "$SECONDS_PER_RUN" --no-ceiling --allowlist-in-memory false
+run lever-wait-per-admit --duration-s "$SECONDS_PER_RUN" --no-ceiling --commit-batch-max 1
+run lever-commit-connections-1 --duration-s "$SECONDS_PER_RUN" --no-ceiling --commit-connections 1
+run no-replica --duration-s "$SECONDS_PER_RUN" --no-ceiling --no-replica
+run postgres --duration-s "$SECONDS_PER_RUN" --no-ceiling --backend postgres
+run postgres-persist-batch-off --duration-s "$SECONDS_PER_RUN" --no-ceiling --backend postgres --persist-batch-max 0
+run open-833 --rate 833 --connections 32 --duration-s 20 --no-ceiling
+run open-8330 --rate 8330 --connections 256 --duration-s 20 --no-ceiling
+
+echo; echo "## strategies (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
+"$S" bench strategies --out-dir "$OUT/strategies"
+
+echo; echo "## one million codes: import, open, serve RSS"
+scripts/million.sh "$S" "$OUT/million"

@@ -1,0 +1,218 @@
+//! The run's figures: a JSON report (counts by kind and answer, HDR percentiles, a per-second
+//! timeline, the checks) and a one-line summary for the terminal.
+
+use super::driver::{Second, Tally};
+use super::workload::KINDS;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+impl Percentiles {
+    pub fn of_us(h: &Histogram<u64>) -> Self {
+        let ms = |us: u64| us as f64 / 1000.0;
+        Self {
+            p50: ms(h.value_at_quantile(0.50)),
+            p90: ms(h.value_at_quantile(0.90)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p999: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+            mean: h.mean() / 1000.0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct KindFigures {
+    pub sent: u64,
+    pub answers: BTreeMap<String, u64>,
+    /// Answers a correct server would not give this kind of request.
+    pub unexpected: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SecondFigures {
+    pub second: usize,
+    pub requests: u64,
+    pub admitted: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+/// What the database and Redis hold after a self-contained run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StoreCheck {
+    pub seats: i64,
+    pub held_rows: i64,
+    pub distinct_codes: bool,
+    pub distinct_slots: bool,
+    pub within_caps: bool,
+    pub redis_counters_match: bool,
+    pub pending_left: i64,
+    /// Every fresh `admitted` answer has its row (rows may exceed answers only by answers lost to errors).
+    pub answers_have_rows: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Checks {
+    /// Every request sent got counted once: the answers per kind add up to what was sent.
+    pub counts_add_up: bool,
+    /// No slot was handed to two fresh admissions.
+    pub distinct_slots: bool,
+    pub unexpected_answers: u64,
+    pub store: Option<StoreCheck>,
+    pub passed: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub mode: &'static str,
+    pub target: String,
+    pub connections: usize,
+    pub rate_target: Option<f64>,
+    pub duration_s: f64,
+    pub sent: u64,
+    pub errors: u64,
+    pub requests_per_s: f64,
+    pub admitted: u64,
+    pub admitted_per_s: f64,
+    pub latency_ms: Percentiles,
+    pub by_kind: BTreeMap<&'static str, KindFigures>,
+    pub timeline: Vec<SecondFigures>,
+    pub checks: Checks,
+    pub machine: Machine,
+    /// Self-contained runs: the server's levers and the Redis ceiling measured on the same primary.
+    pub server: Option<serde_json::Value>,
+    pub ceiling: Option<super::ceiling::Ceiling>,
+    /// admitted_per_s / the pipelined ceiling.
+    pub share_of_ceiling: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    pub nproc: usize,
+    pub loadavg_before: String,
+    pub loadavg_after: String,
+    pub redis_server: String,
+}
+
+impl Machine {
+    pub fn loadavg() -> String {
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    }
+
+    pub fn redis_version() -> String {
+        std::process::Command::new("redis-server").arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default()
+    }
+}
+
+pub struct RunFacts {
+    pub target: String,
+    pub connections: usize,
+    pub rate: Option<f64>,
+    pub loadavg_before: String,
+}
+
+pub fn build(facts: RunFacts, tally: &Tally, seconds: &[Second], elapsed: Duration, store: Option<StoreCheck>) -> Report {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let admitted = tally.admitted_slots.len() as u64;
+    let by_kind: BTreeMap<&'static str, KindFigures> = KINDS
+        .iter()
+        .filter_map(|k| {
+            let answers = tally.by_kind.get(k)?.clone();
+            Some((k.name(), KindFigures { sent: answers.values().sum(), answers, unexpected: tally.unexpected.get(k).copied().unwrap_or(0) }))
+        })
+        .collect();
+    let counted: u64 = by_kind.values().map(|k| k.sent).sum();
+    let distinct_slots = tally.admitted_slots.iter().collect::<HashSet<_>>().len() == tally.admitted_slots.len();
+    let unexpected_answers = tally.unexpected.values().sum();
+    let store_ok = store.as_ref().is_none_or(|s| {
+        s.distinct_codes && s.distinct_slots && s.within_caps && s.redis_counters_match && s.answers_have_rows && s.held_rows <= s.seats
+    });
+    let counts_add_up = counted == tally.sent && tally.latency_us.len() == tally.sent;
+    let checks = Checks { counts_add_up, distinct_slots, unexpected_answers, passed: counts_add_up && distinct_slots && unexpected_answers == 0 && store_ok, store };
+    let timeline = seconds
+        .iter()
+        .enumerate()
+        .map(|(i, s)| SecondFigures {
+            second: i,
+            requests: s.requests,
+            admitted: s.admitted,
+            p50_ms: s.latency_us.value_at_quantile(0.5) as f64 / 1000.0,
+            p99_ms: s.latency_us.value_at_quantile(0.99) as f64 / 1000.0,
+            max_ms: s.latency_us.max() as f64 / 1000.0,
+        })
+        .collect();
+    Report {
+        mode: if facts.rate.is_some() { "open" } else { "closed" },
+        target: facts.target,
+        connections: facts.connections,
+        rate_target: facts.rate,
+        duration_s: secs,
+        sent: tally.sent,
+        errors: tally.errors,
+        requests_per_s: tally.sent as f64 / secs,
+        admitted,
+        admitted_per_s: admitted as f64 / secs,
+        latency_ms: Percentiles::of_us(&tally.latency_us),
+        by_kind,
+        timeline,
+        checks,
+        machine: Machine { nproc: std::thread::available_parallelism().map_or(0, |n| n.get()), loadavg_before: facts.loadavg_before, loadavg_after: Machine::loadavg(), redis_server: Machine::redis_version() },
+        server: None,
+        ceiling: None,
+        share_of_ceiling: None,
+    }
+}
+
+impl Report {
+    pub fn summary(&self) -> String {
+        let l = &self.latency_ms;
+        let mut out = format!(
+            "{} loop, {} connections{}: {} requests in {:.1} s = {:.0} req/s; {} admitted = {:.0} admitted/s\n\
+             latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}\n",
+            self.mode,
+            self.connections,
+            self.rate_target.map(|r| format!(" at {r:.0} req/s")).unwrap_or_default(),
+            self.sent,
+            self.duration_s,
+            self.requests_per_s,
+            self.admitted,
+            self.admitted_per_s,
+            l.p50,
+            l.p90,
+            l.p99,
+            l.p999,
+            l.max
+        );
+        for (kind, f) in &self.by_kind {
+            out.push_str(&format!("  {kind:<13} {:>8} sent  {:?}{}\n", f.sent, f.answers, if f.unexpected > 0 { format!("  UNEXPECTED {}", f.unexpected) } else { String::new() }));
+        }
+        if let Some(c) = &self.ceiling {
+            out.push_str(&format!(
+                "redis ceiling (admit script alone, redis-benchmark, 50 clients): {:.0}/s pipelined x{}, {:.0}/s unpipelined; end to end = {:.0}% of the pipelined ceiling\n",
+                c.pipelined_per_s, c.pipeline, c.unpipelined_per_s, self.share_of_ceiling.unwrap_or(0.0) * 100.0
+            ));
+        }
+        out.push_str(&format!(
+            "checks: counts add up {}, distinct slots {}, unexpected answers {}, store {} -> {}\n",
+            self.checks.counts_add_up,
+            self.checks.distinct_slots,
+            self.checks.unexpected_answers,
+            self.checks.store.as_ref().map_or("not checked".to_owned(), |s| format!("{s:?}")),
+            if self.checks.passed { "PASS" } else { "FAIL" }
+        ));
+        out
+    }
+}

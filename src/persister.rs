@@ -1,0 +1,122 @@
+//! Batched database writes for the request path. Callers hand in their `hold` and wait; a writer
+//! task takes whatever has queued (up to `batch_size_max`, waiting at most `linger` for more when
+//! the queue runs dry early) and writes it with [`Store::hold_batch`]: one transaction, one
+//! SAVEPOINT per booking, one commit. Each caller gets back its own [`HoldOutcome`], the one
+//! [`Store::hold`] would have given it. With SQLite the writers serialise on the file lock anyway,
+//! so one writer with big batches beats many writers waiting on `busy_timeout`.
+
+use crate::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store, StoreError};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+/// Writes queued for the writers before callers feel back-pressure.
+const QUEUE_DEPTH_MAX: usize = 8192;
+
+/// How the request path writes its bookings.
+#[derive(Clone, Copy, Debug)]
+pub struct PersistPolicy {
+    /// Most bookings per transaction; 0 turns batching off (one transaction per request).
+    pub batch_size_max: usize,
+    /// How long a writer waits for more bookings once the queue is empty and the batch is not full.
+    pub linger: Duration,
+    /// Writer tasks, each with a transaction of its own in flight.
+    pub writers: usize,
+    /// With SQLite, write batches on a connection of its own instead of through sqlx.
+    pub direct_sqlite: bool,
+}
+
+impl Default for PersistPolicy {
+    fn default() -> Self {
+        Self { batch_size_max: 256, linger: Duration::ZERO, writers: 1, direct_sqlite: true }
+    }
+}
+
+type HoldResult = Result<HoldOutcome, StoreError>;
+
+struct Job {
+    item: HoldItem,
+    reply: oneshot::Sender<HoldResult>,
+}
+
+/// Hands writes to the writers, or writes directly when batching is off.
+#[derive(Clone)]
+pub struct Persister {
+    store: Store,
+    queue: Option<mpsc::Sender<Job>>,
+}
+
+impl Persister {
+    /// Starts the writers (inside the current Tokio runtime); they stop when every clone is dropped.
+    pub fn start(store: Store, policy: PersistPolicy) -> Self {
+        if policy.batch_size_max == 0 {
+            return Self { store, queue: None };
+        }
+        let writer = match store.sqlite_path().filter(|_| policy.direct_sqlite).map(|p| SqliteBatchWriter::open(&p)) {
+            Some(Ok(direct)) => BatchWriter::Direct(direct),
+            Some(Err(e)) => {
+                // Same SQL, only slower: a working sale beats a refused start.
+                tracing::warn!(error = %e, "cannot open a second SQLite connection; batching through sqlx instead");
+                BatchWriter::Sqlx(store.clone())
+            }
+            None => BatchWriter::Sqlx(store.clone()),
+        };
+        let (queue, receiver) = mpsc::channel(QUEUE_DEPTH_MAX);
+        let receiver = Arc::new(Mutex::new(receiver));
+        for _ in 0..policy.writers.max(1) {
+            tokio::spawn(write_batches(writer.clone(), policy, receiver.clone()));
+        }
+        Self { store, queue: Some(queue) }
+    }
+
+    /// The request path's write, batched or not; same outcome either way.
+    pub async fn hold(&self, item: HoldItem) -> HoldResult {
+        let Some(queue) = &self.queue else {
+            return self.store.hold(&item.event, &item.admission, item.hold_until_ms, item.now_ms).await;
+        };
+        let (reply, answer) = oneshot::channel();
+        let stopped = || StoreError::Batch("the database writer stopped".into());
+        queue.send(Job { item, reply }).await.map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+#[derive(Clone)]
+enum BatchWriter {
+    Sqlx(Store),
+    Direct(SqliteBatchWriter),
+}
+
+async fn write_batches(writer: BatchWriter, policy: PersistPolicy, receiver: Arc<Mutex<mpsc::Receiver<Job>>>) {
+    let mut batch: Vec<Job> = Vec::with_capacity(policy.batch_size_max);
+    loop {
+        {
+            let mut receiver = receiver.lock().await;
+            if receiver.recv_many(&mut batch, policy.batch_size_max).await == 0 {
+                return;
+            }
+            if !policy.linger.is_zero() && batch.len() < policy.batch_size_max {
+                let room = policy.batch_size_max - batch.len();
+                let _ = tokio::time::timeout(policy.linger, receiver.recv_many(&mut batch, room)).await;
+            }
+        }
+        let items: Vec<HoldItem> = batch.iter().map(|j| j.item.clone()).collect();
+        let written = match &writer {
+            BatchWriter::Sqlx(store) => store.hold_batch(&items).await,
+            BatchWriter::Direct(direct) => direct.hold_batch(items).await,
+        };
+        match written {
+            Ok(outcomes) => {
+                for (job, outcome) in batch.drain(..).zip(outcomes) {
+                    let _ = job.reply.send(outcome);
+                }
+            }
+            Err(err) => {
+                let message = err.to_string();
+                for job in batch.drain(..) {
+                    let _ = job.reply.send(Err(StoreError::Batch(message.clone())));
+                }
+            }
+        }
+    }
+}

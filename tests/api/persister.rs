@@ -1,0 +1,131 @@
+//! The batched database write gives every booking the outcome the one-at-a-time write gives it,
+//! on SQLite (through sqlx and through the direct writer) and on PostgreSQL.
+
+use crate::helpers::{spec, AppOptions, Backend, TestDb};
+use seatrush::code::{CodeHash, CodeHasher, NormalisedCode};
+use seatrush::event::EventId;
+use seatrush::nonce::Nonce;
+use seatrush::persister::{PersistPolicy, Persister};
+use seatrush::scripts::Admission;
+use seatrush::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store};
+use std::time::Duration;
+
+fn hash(code: &str) -> CodeHash {
+    CodeHasher::plain().hash(&NormalisedCode::parse(code).unwrap())
+}
+
+fn item(code: &str, admission: &str, slot: i64, level: &str) -> HoldItem {
+    let admission = Admission {
+        code: hash(code),
+        nonce: Nonce::parse(&format!("nonce-{admission}")).unwrap(),
+        id: admission.to_owned(),
+        slot,
+        level: level.to_owned(),
+        admitted_ms: 1_000,
+    };
+    HoldItem { event: EventId::parse(crate::helpers::EVENT).unwrap(), admission, hold_until_ms: 900_000, now_ms: 2_000 }
+}
+
+/// 3 seats; A1 holds 1, B1 holds 5. Every outcome of `hold` appears once.
+fn scenario() -> (Vec<HoldItem>, Vec<HoldOutcome>) {
+    use HoldOutcome::*;
+    let cases = vec![
+        (item("CODE-1", "a1", 1, "A1"), Held),
+        (item("CODE-1", "a1", 1, "A1"), AlreadyHeld),
+        (item("CODE-1", "a2", 2, "B1"), CodeHasSeat),
+        (item("CODE-2", "b1", 2, "A1"), LevelFull),
+        (item("CODE-3", "c1", 1, "B1"), SeatTaken),
+        (item("CODE-3", "c2", 2, "B1"), Held),
+        (item("CODE-6", "f1", 5, "B1"), ReaperWon),
+        (item("CODE-4", "d1", 3, "B1"), Held),
+        (item("CODE-5", "e1", 4, "B1"), SoldOut),
+    ];
+    cases.into_iter().unzip()
+}
+
+async fn fresh_store(backend: Backend) -> (TestDb, Store) {
+    let db = TestDb::new(backend).await;
+    let store = Store::connect(&db.url).await.unwrap();
+    store.apply_event(&spec(&AppOptions { seats: 3, levels: vec![("A1", 1), ("B1", 5)], ..Default::default() })).await.unwrap();
+    // The reaper got to CODE-6's admission first.
+    let reaped = item("CODE-6", "f1", 5, "B1");
+    store.reap(&reaped.event, &reaped.admission, 1_500).await.unwrap();
+    (db, store)
+}
+
+async fn one_at_a_time(backend: Backend) -> (Vec<HoldOutcome>, String) {
+    let (_db, store) = fresh_store(backend).await;
+    let (items, _) = scenario();
+    let mut outcomes = Vec::new();
+    for i in &items {
+        outcomes.push(store.hold(&i.event, &i.admission, i.hold_until_ms, i.now_ms).await.unwrap());
+    }
+    (outcomes, state(&store).await)
+}
+
+/// What the database holds afterwards, in a comparable form.
+async fn state(store: &Store) -> String {
+    let event = EventId::parse(crate::helpers::EVENT).unwrap();
+    format!("{:?} {:?}", store.seat_holders(&event).await.unwrap(), store.counters(&event).await.unwrap())
+}
+
+async fn check_batched(backend: Backend, direct: bool) {
+    let (expected_outcomes, expected_state) = one_at_a_time(backend).await;
+    assert_eq!(expected_outcomes, scenario().1, "the scenario covers every outcome of hold");
+    let (db, store) = fresh_store(backend).await;
+    let (items, _) = scenario();
+    let outcomes: Vec<HoldOutcome> = if direct {
+        let path = store.sqlite_path().unwrap();
+        SqliteBatchWriter::open(&path).unwrap().hold_batch(items).await.unwrap().into_iter().map(Result::unwrap).collect()
+    } else {
+        store.hold_batch(&items).await.unwrap().into_iter().map(Result::unwrap).collect()
+    };
+    assert_eq!(outcomes, expected_outcomes);
+    assert_eq!(state(&store).await, expected_state);
+    drop(db);
+}
+
+#[tokio::test]
+async fn a_batch_gives_every_booking_the_outcome_hold_gives_it_sqlite_through_sqlx() {
+    check_batched(Backend::Sqlite, false).await;
+}
+
+#[tokio::test]
+async fn a_batch_gives_every_booking_the_outcome_hold_gives_it_sqlite_direct() {
+    check_batched(Backend::Sqlite, true).await;
+}
+
+#[tokio::test]
+async fn a_batch_gives_every_booking_the_outcome_hold_gives_it_postgres() {
+    check_batched(Backend::Postgres, false).await;
+}
+
+async fn concurrent_callers_each_get_their_own_outcome(backend: Backend) {
+    let (_db, store) = fresh_store(backend).await;
+    let policy = PersistPolicy { batch_size_max: 4, linger: Duration::from_millis(2), writers: 2, direct_sqlite: true };
+    let persister = Persister::start(store.clone(), policy);
+    // Distinct codes and seats, so the order the batches land in cannot change any outcome.
+    let calls: Vec<_> = (0..3)
+        .map(|i| {
+            let p = persister.clone();
+            tokio::spawn(async move { p.hold(item(&format!("CODE-P{i}"), &format!("p{i}"), i + 1, "B1")).await.unwrap() })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap(), HoldOutcome::Held);
+    }
+    let again = persister.hold(item("CODE-P0", "p0", 1, "B1")).await.unwrap();
+    assert_eq!(again, HoldOutcome::AlreadyHeld);
+    let full = persister.hold(item("CODE-P9", "p9", 9, "B1")).await.unwrap();
+    assert_eq!(full, HoldOutcome::SoldOut);
+}
+
+#[tokio::test]
+async fn concurrent_callers_each_get_their_own_outcome_sqlite() {
+    concurrent_callers_each_get_their_own_outcome(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn concurrent_callers_each_get_their_own_outcome_postgres() {
+    concurrent_callers_each_get_their_own_outcome(Backend::Postgres).await;
+}
