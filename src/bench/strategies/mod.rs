@@ -73,7 +73,6 @@ pub trait Strategy: Send + Sync + 'static {
 }
 
 pub async fn run(args: &StrategiesArgs) -> anyhow::Result<()> {
-    // Started on this (block_on) thread: see bench::topology on PR_SET_PDEATHSIG.
     let redis = RedisServer::start(&RedisOptions::default())?;
     let mut all = Vec::new();
     all.push(measure(Arc::new(redis_ways::LuaScript::new(&redis.url())?), args).await?);

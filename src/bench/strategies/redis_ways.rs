@@ -82,27 +82,42 @@ impl Strategy for LuaScript {
     }
 }
 
-async fn reset_counter(client: &Client) -> anyhow::Result<()> {
-    let mut c = connect(client).await?;
-    redis::cmd("DEL").arg(COUNT_KEY).arg(RECORDS_KEY).arg(LOCK_KEY).query_async::<()>(&mut c).await?;
-    Ok(())
-}
-
-async fn stored_counter(client: &Client) -> anyhow::Result<(i64, i64)> {
-    let mut c = connect(client).await?;
-    let (records, count): (i64, Option<i64>) = redis::pipe().hlen(RECORDS_KEY).get(COUNT_KEY).query_async(&mut c).await?;
-    Ok((records, count.unwrap_or(0)))
-}
-
-/// Optimistic: WATCH, read, check, MULTI/EXEC; aborted EXECs retried.
-pub struct WatchMultiExec {
+/// What the WATCH and lock strategies share: a plain counter and a record per admission, and
+/// the seat count they check against.
+struct Counter {
     client: Client,
     seats: std::sync::atomic::AtomicI64,
 }
 
+impl Counter {
+    fn new(url: &str) -> anyhow::Result<Self> {
+        Ok(Self { client: Client::open(url)?, seats: 0.into() })
+    }
+
+    fn seats(&self) -> i64 {
+        self.seats.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn reset(&self, seats: i64) -> anyhow::Result<()> {
+        self.seats.store(seats, std::sync::atomic::Ordering::Relaxed);
+        let mut c = connect(&self.client).await?;
+        redis::cmd("DEL").arg(COUNT_KEY).arg(RECORDS_KEY).arg(LOCK_KEY).query_async::<()>(&mut c).await?;
+        Ok(())
+    }
+
+    async fn stored(&self) -> anyhow::Result<(i64, i64)> {
+        let mut c = connect(&self.client).await?;
+        let (records, count): (i64, Option<i64>) = redis::pipe().hlen(RECORDS_KEY).get(COUNT_KEY).query_async(&mut c).await?;
+        Ok((records, count.unwrap_or(0)))
+    }
+}
+
+/// Optimistic: WATCH, read, check, MULTI/EXEC; aborted EXECs retried.
+pub struct WatchMultiExec(Counter);
+
 impl WatchMultiExec {
     pub fn new(url: &str) -> anyhow::Result<Self> {
-        Ok(Self { client: Client::open(url)?, seats: 0.into() })
+        Ok(Self(Counter::new(url)?))
     }
 }
 
@@ -115,19 +130,18 @@ impl Strategy for WatchMultiExec {
     }
 
     async fn reset(&self, seats: i64) -> anyhow::Result<()> {
-        self.seats.store(seats, std::sync::atomic::Ordering::Relaxed);
-        reset_counter(&self.client).await
+        self.0.reset(seats).await
     }
 
     async fn client(&self) -> anyhow::Result<MultiplexedConnection> {
-        connect(&self.client).await
+        connect(&self.0.client).await
     }
 
     async fn attempt(&self, c: &mut MultiplexedConnection, candidate: u64) -> anyhow::Result<Attempt> {
         redis::cmd("WATCH").arg(COUNT_KEY).query_async::<()>(c).await?;
         let count: Option<i64> = redis::cmd("GET").arg(COUNT_KEY).query_async(c).await?;
         let count = count.unwrap_or(0);
-        if count >= self.seats.load(std::sync::atomic::Ordering::Relaxed) {
+        if count >= self.0.seats() {
             redis::cmd("UNWATCH").query_async::<()>(c).await?;
             return Ok(Attempt::SoldOut);
         }
@@ -137,19 +151,16 @@ impl Strategy for WatchMultiExec {
     }
 
     async fn stored(&self) -> anyhow::Result<(i64, i64)> {
-        stored_counter(&self.client).await
+        self.0.stored().await
     }
 }
 
 /// A lock around read-check-write.
-pub struct SetNxLock {
-    client: Client,
-    seats: std::sync::atomic::AtomicI64,
-}
+pub struct SetNxLock(Counter);
 
 impl SetNxLock {
     pub fn new(url: &str) -> anyhow::Result<Self> {
-        Ok(Self { client: Client::open(url)?, seats: 0.into() })
+        Ok(Self(Counter::new(url)?))
     }
 }
 
@@ -161,12 +172,11 @@ impl Strategy for SetNxLock {
     }
 
     async fn reset(&self, seats: i64) -> anyhow::Result<()> {
-        self.seats.store(seats, std::sync::atomic::Ordering::Relaxed);
-        reset_counter(&self.client).await
+        self.0.reset(seats).await
     }
 
     async fn client(&self) -> anyhow::Result<MultiplexedConnection> {
-        connect(&self.client).await
+        connect(&self.0.client).await
     }
 
     async fn attempt(&self, c: &mut MultiplexedConnection, candidate: u64) -> anyhow::Result<Attempt> {
@@ -178,7 +188,7 @@ impl Strategy for SetNxLock {
         }
         let count: Option<i64> = redis::cmd("GET").arg(COUNT_KEY).query_async(c).await?;
         let count = count.unwrap_or(0);
-        let outcome = if count >= self.seats.load(std::sync::atomic::Ordering::Relaxed) {
+        let outcome = if count >= self.0.seats() {
             Attempt::SoldOut
         } else {
             redis::pipe().incr(COUNT_KEY, 1).ignore().hset(RECORDS_KEY, candidate_hash(candidate).as_str(), count + 1).ignore().query_async::<()>(c).await?;
@@ -189,6 +199,6 @@ impl Strategy for SetNxLock {
     }
 
     async fn stored(&self) -> anyhow::Result<(i64, i64)> {
-        stored_counter(&self.client).await
+        self.0.stored().await
     }
 }
