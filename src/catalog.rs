@@ -114,11 +114,6 @@ fn view_from(id: &EventId, keys: EventKeys, meta: &HashMap<String, String>, caps
     })
 }
 
-/// Convenience for callers that only need the window now.
-pub fn window_now(view: &EventView) -> Window {
-    view.window(now_ms())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,7 +33,7 @@ pub async fn drain_pending(app: &TestApp) {
     let deadline = Instant::now() + DRAIN_TIMEOUT;
     while !app.redis_state().pending.is_empty() {
         assert!(Instant::now() < deadline, "pending admissions not drained: {:?}", app.redis_state().pending.len());
-        tokio::time::sleep(Duration::from_millis(PERSIST_TIMEOUT_MS as u64 / 2)).await;
+        tokio::time::sleep(Duration::from_millis(PERSIST_TIMEOUT_MS / 2)).await;
         app.sale.reap_all_once().await.unwrap();
     }
 }
