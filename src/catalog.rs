@@ -2,7 +2,7 @@
 //! for a short while so the read-only gates (level, window) cost no round trip, and re-read often
 //! enough that `close` or a newly opened event shows within [`CATALOG_TTL`].
 
-use crate::event::{now_ms, EventId, LevelName};
+use crate::event::{EventId, LevelName};
 use crate::keys::EventKeys;
 use crate::redis_link::RedisLink;
 use redis::RedisResult;
