@@ -79,7 +79,18 @@ impl Catalog {
             }
         }
         let view = self.fetch(id).await?.map(Arc::new);
-        self.cache.write().await.insert(id.clone(), (view.clone(), Instant::now()));
+        let mut cache = self.cache.write().await;
+        let known = cache.get(id).is_some_and(|(v, _)| v.is_some());
+        if view.is_none() && known {
+            // Nothing removes an opened event from Redis, so a known event gone missing means this
+            // connection reaches a node without the sale's data (a replica still syncing, a
+            // wrongly promoted node): a retry can succeed, a 404 would be a false final answer.
+            tracing::warn!(event = %id, "an opened event is missing from this Redis node; reconnecting");
+            let err = redis::RedisError::from((redis::ErrorKind::Io, "event missing from this Redis node"));
+            self.link.report(&err).await;
+            return Err(err);
+        }
+        cache.insert(id.clone(), (view.clone(), Instant::now()));
         Ok(view)
     }
 

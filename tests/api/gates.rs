@@ -124,3 +124,14 @@ async fn healthz_reports_redis_and_the_database() {
     let h = app.get("/healthz").await;
     assert_eq!((h.status, h.status_str()), (200, "ok"));
 }
+
+#[tokio::test]
+async fn an_opened_event_missing_from_redis_is_a_retry_not_a_404() {
+    let app = spawn_app(AppOptions::default()).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("n")).await.status, 201);
+    // As on a node that lacks the sale's data (a replica mid-sync, a wrongly promoted node).
+    app.redis::<()>(redis::cmd("DEL").arg(&app.keys.meta));
+    tokio::time::sleep(seatrush::catalog::CATALOG_TTL * 2).await;
+    let a = app.book("CODE-00002", "A1", &nonce("n")).await;
+    assert_eq!((a.status, a.status_str()), (503, "retry"), "a known event does not vanish: retry, not 404");
+}
