@@ -35,6 +35,23 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
 }
 
+/// Bound on a synchronous command: a SIGSTOPped server accepts the connection (the kernel does)
+/// but never answers, and a caller must not hang on it.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn sync_connection(port: u16) -> anyhow::Result<redis::Connection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let conn = client.get_connection_with_timeout(COMMAND_TIMEOUT)?;
+    conn.set_read_timeout(Some(COMMAND_TIMEOUT))?;
+    conn.set_write_timeout(Some(COMMAND_TIMEOUT))?;
+    Ok(conn)
+}
+
+/// A synchronous command to the server on `port` of 127.0.0.1.
+pub fn command_at<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> anyhow::Result<T> {
+    cmd.query(&mut sync_connection(port)?).with_context(|| format!("redis on port {port}"))
+}
+
 /// A port the OS just handed out on 127.0.0.1.
 pub fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -183,9 +200,7 @@ impl RedisServer {
     }
 
     fn command_pipe<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> anyhow::Result<T> {
-        let client = redis::Client::open(self.url())?;
-        let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
-        pipe.query(&mut conn).with_context(|| format!("redis on port {}", self.port))
+        pipe.query(&mut sync_connection(self.port)?).with_context(|| format!("redis on port {}", self.port))
     }
 
     fn poll_info(&self, done: impl Fn(&str) -> bool, what: &str) -> anyhow::Result<()> {
@@ -249,9 +264,7 @@ impl RedisServer {
 
     /// A synchronous command, for tests and the fault runner.
     pub fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> anyhow::Result<T> {
-        let client = redis::Client::open(self.url())?;
-        let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
-        cmd.query(&mut conn).with_context(|| format!("redis on port {}", self.port))
+        command_at(self.port, cmd)
     }
 
     /// Sets `min-replicas-to-write` and waits until the primary counts that many good replicas

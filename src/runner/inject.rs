@@ -131,9 +131,14 @@ pub async fn heal(kind: FaultKind, topo: &Topology) -> anyhow::Result<()> {
             }
         }
         FaultKind::Oom => {
+            // Every node, even when one does not answer (a stalled replica): the others must heal.
+            let mut healed = Ok(());
             for node in topo.redis.lock().expect("redis lock").iter() {
-                node.command::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0))?;
+                if let Err(e) = node.command::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0)) {
+                    healed = Err(e);
+                }
             }
+            healed?;
         }
         FaultKind::DatabaseDown => topo.db.set_available(true).await?,
     }

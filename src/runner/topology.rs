@@ -181,12 +181,26 @@ impl Topology {
 
     /// The port Sentinel currently names as primary.
     pub fn primary_port(&self) -> anyhow::Result<u16> {
+        // Sentinels learn of a switch at different moments, so a lagging one may still name a
+        // port where a restarted replica now listens: take the first named port whose node says
+        // it is a master.
         for s in &self.sentinels {
-            if let Ok((_, port)) = s.command::<(String, u16)>(redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(MASTER_NAME)) {
+            let Ok((_, port)) = s.command::<(String, u16)>(redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(MASTER_NAME)) else {
+                continue;
+            };
+            if self.is_master(port) {
                 return Ok(port);
             }
         }
-        bail!("no Sentinel answered")
+        bail!("no Sentinel names a node that says it is the primary")
+    }
+
+    fn is_master(&self, port: u16) -> bool {
+        let ours = self.redis.lock().expect("redis lock").iter().any(|n| n.port == port);
+        ours && crate::redis_server::command_at::<Vec<redis::Value>>(port, &redis::cmd("ROLE"))
+            .ok()
+            .and_then(|role| role.first().cloned())
+            .is_some_and(|r| matches!(r, redis::Value::BulkString(ref b) if b == b"master"))
     }
 
     /// Runs `f` on the current primary (true) or a replica (false).
