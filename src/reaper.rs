@@ -55,6 +55,30 @@ impl Sale {
         }
     }
 
+    /// Reaper passes and release syncs until `event` has nothing pending or `timeout` has
+    /// passed, for the end of a test or a fault run. Returns how many are still pending.
+    pub async fn drain(&self, event: &EventId, timeout: std::time::Duration) -> anyhow::Result<i64> {
+        let deadline = std::time::Instant::now() + timeout;
+        let pause = (self.settings.persist_timeout / 2).max(std::time::Duration::from_millis(10));
+        let pending_key = EventKeys::new(event).pending;
+        loop {
+            // A pass can fail while Redis or the database is still coming back; the next one retries.
+            let _ = self.reap_all_once().await;
+            let _ = self.sync_releases_once().await;
+            // A fresh connection each time: after a failover it finds the current primary.
+            let pending: anyhow::Result<i64> = match self.link.check().await {
+                Ok(mut conn) => redis::cmd("ZCARD").arg(&pending_key).query_async(&mut conn).await.map_err(Into::into),
+                Err(e) => Err(e.into()),
+            };
+            match pending {
+                Ok(0) => return Ok(0),
+                Ok(n) if std::time::Instant::now() > deadline => return Ok(n),
+                Err(e) if std::time::Instant::now() > deadline => return Err(e),
+                _ => tokio::time::sleep(pause).await,
+            }
+        }
+    }
+
     pub async fn reap_all_once(&self) -> anyhow::Result<ReapReport> {
         let mut conn = self.link.shared().await?;
         let events: Vec<String> = match redis::cmd("SMEMBERS").arg(EVENTS_KEY).query_async(&mut conn).await {

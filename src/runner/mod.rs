@@ -145,7 +145,9 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     for kind in &kinds {
         inject::heal(*kind, &topo).await.with_context(|| format!("healing {kind:?}"))?;
     }
-    drain(&topo).await;
+    if let Err(e) = topo.sale.drain(&spec.id, DRAIN_TIMEOUT).await {
+        tracing::warn!(error = %e, "the reaper could not drain; the check reports what is left");
+    }
     let paid = pay_some(&topo, &outcomes).await;
 
     let event = spec.id.clone();
@@ -214,25 +216,6 @@ async fn paced_burst(topo: &Topology, candidates: Vec<Candidate>, config: &RunCo
         outcomes.push(t.await.expect("candidate task does not panic"));
     }
     outcomes
-}
-
-/// Reaper passes from the runner's own view until nothing is pending.
-async fn drain(topo: &Topology) {
-    let deadline = Instant::now() + DRAIN_TIMEOUT;
-    let persist_timeout = topo.sale.settings.persist_timeout;
-    loop {
-        let _ = topo.sale.reap_all_once().await;
-        let _ = topo.sale.sync_releases_once().await;
-        let keys = crate::keys::EventKeys::new(&EventId::parse(EVENT).expect("valid id"));
-        let pending: i64 = match topo.sale.link.check().await {
-            Ok(mut conn) => redis::cmd("ZCARD").arg(&keys.pending).query_async(&mut conn).await.unwrap_or(-1),
-            Err(_) => -1,
-        };
-        if pending == 0 || Instant::now() > deadline {
-            return;
-        }
-        tokio::time::sleep(persist_timeout / 2).await;
-    }
 }
 
 /// Pays every third admitted booking through the operator API, so the end state has paid rows.

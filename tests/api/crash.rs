@@ -6,7 +6,7 @@ use crate::helpers::{spawn_app, AppOptions, Backend, TestApp};
 use seatrush::crowd::{self, Candidate, Tally};
 use seatrush::fleet::{Fleet, ServeSpec};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Bound on how long the reaper may take to drain what the crashes left pending.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
@@ -28,16 +28,6 @@ fn serve_env(app: &TestApp, crash_at: &str, probability: f64) -> Vec<(String, St
     .collect()
 }
 
-/// Runs the reaper from the test's own `Sale` until nothing is pending.
-pub async fn drain_pending(app: &TestApp) {
-    let deadline = Instant::now() + DRAIN_TIMEOUT;
-    while !app.redis_state().pending.is_empty() {
-        assert!(Instant::now() < deadline, "pending admissions not drained: {:?}", app.redis_state().pending.len());
-        tokio::time::sleep(Duration::from_millis(PERSIST_TIMEOUT_MS / 2)).await;
-        app.sale.reap_all_once().await.unwrap();
-    }
-}
-
 async fn crash_burst(backend: Backend, crash_at: &str) {
     let seats = 80;
     let options = AppOptions {
@@ -57,7 +47,8 @@ async fn crash_burst(backend: Backend, crash_at: &str) {
         .collect();
     let outcomes = crowd::run_spread(&fleet.urls(), crate::helpers::EVENT, candidates, 40).await;
     let report = fleet.shutdown().await;
-    drain_pending(&app).await;
+    let left = app.sale.drain(&app.event, DRAIN_TIMEOUT).await.unwrap();
+    assert_eq!(left, 0, "the reaper drained every pending admission");
 
     let tally = Tally::of(&outcomes);
     let told: BTreeMap<String, i64> = outcomes
