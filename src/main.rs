@@ -1,6 +1,7 @@
 use clap::Parser;
 use seatrush::cli::{AllowlistAction, Cli, Command, EventAction};
-use seatrush::{bench, demo, ops, runner};
+use seatrush::lab::{bench, demo, runner};
+use seatrush::ops;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]

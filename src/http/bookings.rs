@@ -3,12 +3,12 @@
 
 use super::error::{ApiError, ErrorBody};
 use super::AppState;
-use crate::admission::{Booked, BookingRequest};
-use crate::catalog::EventView;
-use crate::code::NormalisedCode;
-use crate::event::{now_ms, rfc3339_ms, EventId};
-use crate::nonce::Nonce;
-use crate::stats::Stats;
+use crate::sale::booking::{Booked, BookingRequest};
+use crate::sale::catalog::EventView;
+use crate::domain::code::NormalisedCode;
+use crate::domain::event::{now_ms, rfc3339_ms, EventId};
+use crate::domain::nonce::Nonce;
+use crate::sale::stats::Stats;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;

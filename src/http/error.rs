@@ -2,8 +2,8 @@
 //! the body always carries a stable snake_case `status`. 500s are logged, never echoed; 503s carry
 //! `Retry-After`.
 
-use crate::admission::Refusal;
-use crate::lifecycle::LifecycleError;
+use crate::sale::booking::Refusal;
+use crate::sale::lifecycle::LifecycleError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;

@@ -3,14 +3,14 @@
 //! Why by hand rather than the `metrics` crates: `Stats` already is the single source of the
 //! counters (the dashboard reads it too), so a recorder would be a second copy to keep in step;
 //! the text format is a few lines per family; and the histograms are fixed-bucket atomics
-//! ([`crate::latency`]) that aggregate across `serve` processes. Counters are per process and
+//! ([`crate::sale::latency`]) that aggregate across `serve` processes. Counters are per process and
 //! start at zero, as Prometheus expects (`rate()` handles restarts).
 //!
 //! Open like `/healthz`: it holds aggregates only, nothing about one candidate.
 
 use super::AppState;
-use crate::latency::HistogramSnapshot;
-use crate::stats::Stats;
+use crate::sale::latency::HistogramSnapshot;
+use crate::sale::stats::Stats;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;

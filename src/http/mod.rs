@@ -10,10 +10,10 @@ pub mod error;
 pub mod metrics;
 pub mod openapi;
 pub mod operator;
-pub mod ops;
+pub mod dashboard;
 mod page;
 
-use crate::code::CodeHasher;
+use crate::domain::code::CodeHasher;
 use crate::sale::Sale;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -44,7 +44,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(bookings::create))
         .routes(routes!(operator::pay))
         .routes(routes!(operator::cancel))
-        .routes(routes!(ops::summary))
+        .routes(routes!(dashboard::summary))
 }
 
 pub fn router(state: AppState) -> Router {
@@ -53,7 +53,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(page::index))
         .route("/events/{event}", get(page::event_page))
-        .route("/ops", get(ops::page))
+        .route("/ops", get(dashboard::page))
         .route("/api/openapi.json", get(move || async move { Json(doc.as_ref().clone()) }))
         .merge(api)
         .with_state(state)

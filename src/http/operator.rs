@@ -3,8 +3,8 @@
 
 use super::error::{ApiError, ErrorBody};
 use super::AppState;
-use crate::code::NormalisedCode;
-use crate::event::{rfc3339_ms, EventId};
+use crate::domain::code::NormalisedCode;
+use crate::domain::event::{rfc3339_ms, EventId};
 use crate::store::BookingRow;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -31,7 +31,7 @@ pub fn authorise(app: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-fn parse(app: &AppState, event: &str, code: &str) -> Result<(EventId, crate::code::CodeHash), ApiError> {
+fn parse(app: &AppState, event: &str, code: &str) -> Result<(EventId, crate::domain::code::CodeHash), ApiError> {
     let event = EventId::parse(event).map_err(|_| ApiError::NotFound)?;
     let code = NormalisedCode::parse(code).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     Ok((event, app.hasher.hash(&code)))

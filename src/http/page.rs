@@ -2,7 +2,7 @@
 //! reads the event id from its own path and the levels from the availability API.
 
 use super::AppState;
-use crate::keys::EVENTS_KEY;
+use crate::redis_io::keys::EVENTS_KEY;
 use axum::extract::{Path, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 

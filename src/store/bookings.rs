@@ -6,9 +6,9 @@
 //! admission; whichever conditional upsert lands first wins and the other sees the winner's row.
 
 use super::{on_pool, Store, StoreError};
-use crate::code::CodeHash;
-use crate::event::EventId;
-use crate::scripts::Admission;
+use crate::domain::code::CodeHash;
+use crate::domain::event::EventId;
+use crate::domain::admission::Admission;
 use std::collections::BTreeMap;
 
 /// A booking as the database holds it.

@@ -1,8 +1,8 @@
 //! Events, their levels and their allowlists in the database.
 
 use super::{on_pool, Store, StoreError};
-use crate::code::CodeHash;
-use crate::event::{EventId, EventSpec, LevelName};
+use crate::domain::code::CodeHash;
+use crate::domain::event::{EventId, EventSpec, LevelName};
 use std::collections::BTreeMap;
 
 /// Code hashes per INSERT when importing; keeps each statement well under both backends'

@@ -5,8 +5,8 @@
 
 use super::bookings::{to_row, unclaimed, RowTuple, ROW_COLUMNS, UPSERT};
 use super::{on_pool, HoldOutcome, Store, StoreError};
-use crate::event::EventId;
-use crate::scripts::Admission;
+use crate::domain::event::EventId;
+use crate::domain::admission::Admission;
 use sqlx::Acquire;
 
 /// One request-path write, as [`Store::hold`] takes it.

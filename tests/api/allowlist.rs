@@ -2,7 +2,7 @@
 //! Redis per request, and picks up a re-run of `open` with new codes.
 
 use crate::helpers::{nonce, spawn_app, AppOptions};
-use seatrush::loader;
+use seatrush::ops::loader;
 use std::time::{Duration, Instant};
 
 /// Bound on how long a re-`open` may take to reach the gate (the catalog refreshes every 250 ms).
@@ -22,7 +22,7 @@ async fn the_in_memory_gate_refuses_an_unregistered_code_and_picks_up_a_reopen_w
     app.redis::<()>(redis::cmd("SADD").arg(&app.keys.allow).arg(&saved));
 
     app.store.import_allowlist(&app.event, &[app.hash("LATE-00001")]).await.unwrap();
-    let link = seatrush::redis_link::RedisLink::new(&app.primary.url()).unwrap();
+    let link = seatrush::redis_io::link::RedisLink::new(&app.primary.url()).unwrap();
     loader::open_event(&mut link.check().await.unwrap(), &app.store, &app.event).await.unwrap();
     let deadline = Instant::now() + REFRESH_TIMEOUT;
     let late_nonce = nonce("late-again");

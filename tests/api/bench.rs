@@ -4,19 +4,19 @@
 use clap::Parser;
 use seatrush::cli::{Cli, Command};
 
-async fn bench(extra: &[&str]) -> seatrush::bench::report::Report {
+async fn bench(extra: &[&str]) -> seatrush::lab::bench::report::Report {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().display().to_string();
     let mut argv = vec!["seatrush", "bench", "--no-ceiling", "--codes", "2000", "--connections", "8", "--out-dir", &out];
     argv.extend(extra);
     let cli = Cli::parse_from(argv);
     let Command::Bench(args) = cli.command else { unreachable!("parsed a bench command") };
-    let report = seatrush::bench::load(&cli.settings, &args.load).await.unwrap();
+    let report = seatrush::lab::bench::load(&cli.settings, &args.load).await.unwrap();
     assert!(dir.path().join("report.json").exists() && dir.path().join("report.svg").exists());
     report
 }
 
-fn assert_counts_add_up(r: &seatrush::bench::report::Report, sent: u64) {
+fn assert_counts_add_up(r: &seatrush::lab::bench::report::Report, sent: u64) {
     assert_eq!(r.sent, sent);
     assert_eq!(r.by_kind.values().map(|k| k.sent).sum::<u64>(), sent);
     for (kind, f) in &r.by_kind {

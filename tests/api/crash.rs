@@ -3,8 +3,8 @@
 //! run, the seats held equal the bookings clients were told about, and the three invariants hold.
 
 use crate::helpers::{spawn_app, AppOptions, Backend, TestApp};
-use seatrush::crowd::{self, Candidate, Tally};
-use seatrush::fleet::{Fleet, ServeSpec};
+use seatrush::lab::crowd::{self, Candidate, Tally};
+use seatrush::lab::fleet::{Fleet, ServeSpec};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! The fault runner in CI: a short run of every fault kind with zero violations, all of them at
 //! once, and the checker proving it can fail when a guard is switched off.
 
-use seatrush::runner::inject::FaultKind;
-use seatrush::runner::{self, Report, RunConfig};
+use seatrush::lab::runner::inject::FaultKind;
+use seatrush::lab::runner::{self, Report, RunConfig};
 
 fn config(faults: Vec<FaultKind>) -> RunConfig {
     RunConfig {

@@ -1,7 +1,7 @@
 //! The read-only gates: honeypot, shape, event, window, allowlist. None of them writes.
 
 use crate::helpers::{nonce, spawn_app, AppOptions, EVENT};
-use seatrush::event::now_ms;
+use seatrush::domain::event::now_ms;
 use serde_json::json;
 
 const PATH: &str = "/api/events/exam/bookings";
@@ -82,8 +82,8 @@ async fn close_stops_the_sale_within_the_catalog_refresh() {
     let app = spawn_app(AppOptions::default()).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("n")).await.status, 201);
     let mut conn = app.sale.link.check().await.unwrap();
-    seatrush::loader::close_event(&mut conn, &app.store, &app.event).await.unwrap();
-    tokio::time::sleep(seatrush::catalog::CATALOG_TTL * 2).await;
+    seatrush::ops::loader::close_event(&mut conn, &app.store, &app.event).await.unwrap();
+    tokio::time::sleep(seatrush::sale::catalog::CATALOG_TTL * 2).await;
     let a = app.book("CODE-00002", "A1", &nonce("n")).await;
     assert_eq!((a.status, a.status_str()), (403, "closed"));
     assert_eq!(app.store.event(&app.event).await.unwrap().state, "closed");
@@ -103,8 +103,8 @@ async fn an_event_opened_while_serving_is_served_without_a_restart() {
     let app = spawn_app(AppOptions { open: false, ..Default::default() }).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("n")).await.status, 404);
     let mut conn = app.sale.link.check().await.unwrap();
-    seatrush::loader::open_event(&mut conn, &app.store, &app.event).await.unwrap();
-    tokio::time::sleep(seatrush::catalog::CATALOG_TTL * 2).await;
+    seatrush::ops::loader::open_event(&mut conn, &app.store, &app.event).await.unwrap();
+    tokio::time::sleep(seatrush::sale::catalog::CATALOG_TTL * 2).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("n")).await.status, 201);
 }
 
@@ -113,7 +113,7 @@ async fn open_refuses_a_redis_that_may_evict() {
     let app = spawn_app(AppOptions { open: false, ..Default::default() }).await;
     app.redis::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru"));
     let mut conn = app.sale.link.check().await.unwrap();
-    let err = seatrush::loader::open_event(&mut conn, &app.store, &app.event).await.unwrap_err().to_string();
+    let err = seatrush::ops::loader::open_event(&mut conn, &app.store, &app.event).await.unwrap_err().to_string();
     assert!(err.contains("noeviction") && err.contains("CONFIG SET maxmemory-policy noeviction"), "{err}");
     assert_eq!(app.redis::<i64>(redis::cmd("EXISTS").arg(&app.keys.meta)), 0, "nothing was loaded");
 }
@@ -131,7 +131,7 @@ async fn an_opened_event_missing_from_redis_is_a_retry_not_a_404() {
     assert_eq!(app.book("CODE-00001", "A1", &nonce("n")).await.status, 201);
     // As on a node that lacks the sale's data (a replica mid-sync, a wrongly promoted node).
     app.redis::<()>(redis::cmd("DEL").arg(&app.keys.meta));
-    tokio::time::sleep(seatrush::catalog::CATALOG_TTL * 2).await;
+    tokio::time::sleep(seatrush::sale::catalog::CATALOG_TTL * 2).await;
     let a = app.book("CODE-00002", "A1", &nonce("n")).await;
     assert_eq!((a.status, a.status_str()), (503, "retry"), "a known event does not vanish: retry, not 404");
 }

@@ -1,15 +1,15 @@
 //! `spawn_app`: a fresh Redis topology, a fresh database (SQLite file or a PostgreSQL database of
 //! its own), a demo-shaped event opened, and the real HTTP server on port 0.
 
-use seatrush::code::{CodeHash, CodeHasher, NormalisedCode};
-use seatrush::committer::AckPolicy;
-use seatrush::event::{EventId, EventSpec, LevelName};
-use seatrush::faults::FaultPlan;
+use seatrush::domain::code::{CodeHash, CodeHasher, NormalisedCode};
+use seatrush::sale::committer::AckPolicy;
+use seatrush::domain::event::{EventId, EventSpec, LevelName};
+use seatrush::fault_hooks::FaultPlan;
 use seatrush::http::{self, AppState};
-use seatrush::keys::EventKeys;
-use seatrush::loader;
-use seatrush::redis_link::RedisLink;
-use seatrush::redis_server::{RedisOptions, RedisServer};
+use seatrush::redis_io::keys::EventKeys;
+use seatrush::ops::loader;
+use seatrush::redis_io::link::RedisLink;
+use seatrush::lab::redis_server::{RedisOptions, RedisServer};
 use seatrush::sale::{Sale, SaleSettings};
 use seatrush::store::Store;
 use serde_json::{json, Value};
@@ -287,7 +287,7 @@ impl TestApp {
 
     pub async fn invariant_violations(&self) -> Vec<String> {
         let mut conn = self.sale.link.check().await.unwrap();
-        seatrush::invariants::violations(&mut conn, &self.store, &self.event).await.unwrap()
+        seatrush::lab::invariants::violations(&mut conn, &self.store, &self.event).await.unwrap()
     }
 }
 

@@ -2,10 +2,11 @@
 //! SQLite and PostgreSQL.
 
 use crate::helpers::{nonce, spawn_app, AppOptions, Backend, TestApp, OPERATOR_TOKEN};
-use seatrush::code::CodeHash;
-use seatrush::committer::{AdmitCall, Committed};
-use seatrush::nonce::Nonce;
-use seatrush::scripts::{Admission, AdmitReply};
+use seatrush::domain::code::CodeHash;
+use seatrush::sale::committer::{AdmitCall, Committed};
+use seatrush::domain::nonce::Nonce;
+use seatrush::domain::admission::Admission;
+use seatrush::redis_io::scripts::AdmitReply;
 use seatrush::store::{HoldOutcome, ReapOutcome};
 use std::time::Duration;
 
@@ -133,7 +134,7 @@ async fn the_reaper_leaves_young_admissions_alone() {
 async fn arbiter(backend: Backend) {
     let options = AppOptions { backend, seats: 40, levels: vec![("A1", 5), ("B1", 30)], persist_timeout: Duration::from_millis(0), ..Default::default() };
     let app = spawn_app(options).await;
-    let now = seatrush::event::now_ms();
+    let now = seatrush::domain::event::now_ms();
 
     // The reaper first: the request path then finds the row released for its admission.
     let late = admit_only(&app, "CODE-00001", "A1").await;
@@ -197,7 +198,7 @@ async fn a_client_whose_admission_was_reaped_gets_a_seat_on_retry() {
 async fn many_reapers_at_once_release_a_phantom_once() {
     let app = spawn_app(AppOptions { persist_timeout: Duration::from_millis(0), ..Default::default() }).await;
     // a second Sale (as in a second `serve`) on the same Redis and database
-    let second = seatrush::sale::Sale::new(app.sale.link.clone(), app.store.clone(), app.sale.settings.clone(), seatrush::faults::FaultPlan::none());
+    let second = seatrush::sale::Sale::new(app.sale.link.clone(), app.store.clone(), app.sale.settings.clone(), seatrush::fault_hooks::FaultPlan::none());
     admit_only(&app, "CODE-00003", "A1").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let (a, b) = tokio::join!(app.sale.reap_all_once(), second.reap_all_once());
@@ -209,22 +210,22 @@ async fn reconcile_finds_and_repairs(backend: Backend) {
     let app = spawn_app(AppOptions { backend, ..Default::default() }).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
     assert_eq!(app.book("CODE-00002", "B1", &nonce("b")).await.status, 201);
-    let clean = seatrush::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
+    let clean = seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
     assert!(clean.is_empty(), "{clean:?}");
 
     app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg("A1").arg(3));
     app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.free).arg(7));
     let orphan = CodeHash::from_hex(&"e".repeat(64)).unwrap();
     app.redis::<()>(redis::cmd("HSET").arg(&app.keys.adm).arg(orphan.as_str()).arg("nonce-xyz1 adm 9 A1 1"));
-    let found = seatrush::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
+    let found = seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
     assert!(found.iter().any(|d| d.contains("level A1")), "{found:?}");
     assert!(found.iter().any(|d| d.contains("seat pool")), "{found:?}");
     assert!(found.iter().any(|d| d.contains("neither in the database nor pending")), "{found:?}");
     assert!(!app.invariant_violations().await.is_empty());
 
-    let repaired = seatrush::reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    let repaired = seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
     assert_eq!(repaired.len(), found.len());
-    let after = seatrush::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
+    let after = seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
     assert!(after.is_empty(), "{after:?}");
     app.assert_invariants().await;
 }
@@ -243,7 +244,7 @@ async fn reconcile_reports_injected_drift_and_repairs_it_postgres() {
 async fn reconcile_counts_pending_admissions_as_taken() {
     let app = spawn_app(AppOptions::default()).await;
     admit_only(&app, "CODE-00004", "A1").await;
-    let drift = seatrush::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
+    let drift = seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
     assert!(drift.is_empty(), "a pending admission is not drift: {drift:?}");
 }
 
@@ -276,6 +277,6 @@ async fn a_seat_the_database_holds_is_kept_out_of_the_pool_after_redis_lost_its_
     let retried = app.book("CODE-00002", "A1", &n).await;
     assert_eq!(retried.status, 201, "the retry gets another seat instead of the same refusal");
     assert_ne!(retried.body["slot"].as_i64().unwrap(), seat);
-    seatrush::reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
     app.assert_invariants().await;
 }

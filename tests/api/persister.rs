@@ -2,11 +2,11 @@
 //! on SQLite (through sqlx and through the direct writer) and on PostgreSQL.
 
 use crate::helpers::{spec, AppOptions, Backend, TestDb};
-use seatrush::code::{CodeHash, CodeHasher, NormalisedCode};
-use seatrush::event::EventId;
-use seatrush::nonce::Nonce;
-use seatrush::persister::{PersistPolicy, Persister};
-use seatrush::scripts::Admission;
+use seatrush::domain::code::{CodeHash, CodeHasher, NormalisedCode};
+use seatrush::domain::event::EventId;
+use seatrush::domain::nonce::Nonce;
+use seatrush::sale::persister::{PersistPolicy, Persister};
+use seatrush::domain::admission::Admission;
 use seatrush::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store};
 use std::time::Duration;
 

@@ -1,8 +1,9 @@
 //! Each Lua script called directly against a real Redis: replies, guards, and error replies.
 
 use crate::helpers::{nonce, spawn_app, AppOptions};
-use seatrush::nonce::Nonce;
-use seatrush::scripts::{decode_changed, run, Admission, AdmitReply, Scripts};
+use seatrush::domain::nonce::Nonce;
+use seatrush::domain::admission::Admission;
+use seatrush::redis_io::scripts::{decode_changed, run, AdmitReply, Scripts};
 
 async fn admit(app: &crate::helpers::TestApp, code: &str, level: &str, n: &str, id: &str) -> Result<AdmitReply, redis::RedisError> {
     let scripts = Scripts::new();

@@ -1,0 +1,7 @@
+//! Values parsed once at the edge: registration codes and their hashes, nonces, events and their
+//! levels. Past the edge no function sees a raw string where one of these belongs.
+
+pub mod admission;
+pub mod code;
+pub mod event;
+pub mod nonce;

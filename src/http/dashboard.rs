@@ -1,0 +1,143 @@
+//! The operator dashboard: `GET /ops` (the page, loads freely; it holds no data) and
+//! `GET /api/ops/summary` (its data, behind the operator token).
+//!
+//! Fill comes from the shared state (Redis for what is admitted and free, the database for held
+//! versus paid), so every `serve` process shows the same bars. Counters and latency are this
+//! process's own: behind a load balancer, `/metrics` summed across processes is the fleet view.
+
+use super::bookings::{availability_of, counts};
+use super::error::{ApiError, ErrorBody};
+use super::operator::authorise;
+use super::AppState;
+use crate::domain::event::{now_ms, EventId};
+use crate::redis_io::keys::EVENTS_KEY;
+use crate::sale::latency::BUCKET_BOUNDS_MICROS;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Html;
+use axum::Json;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+const OPS_PAGE: &str = include_str!("../../assets/ops.html");
+
+/// Events shown at most, so one summary stays one small answer.
+const EVENTS_MAX: usize = 20;
+
+/// `GET /ops`
+pub async fn page() -> Html<&'static str> {
+    Html(OPS_PAGE)
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Summary {
+    /// Server clock, so rates are computed against the server's time, not the browser's.
+    pub now_ms: i64,
+    /// This process's counters since it started, by name (see `/metrics` for their meaning).
+    pub counters: BTreeMap<&'static str, u64>,
+    /// This process's booking latency: observations per bucket, by outcome.
+    pub latency: BTreeMap<&'static str, LatencySummary>,
+    pub events: Vec<EventFill>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LatencySummary {
+    /// Bucket upper bounds in seconds; the last bucket is everything above.
+    pub bounds_seconds: Vec<f64>,
+    /// Observations per bucket (not cumulative), one more than `bounds_seconds`.
+    pub counts: Vec<u64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct EventFill {
+    pub id: String,
+    /// `open`, `closed` or `not_open`.
+    pub state: &'static str,
+    pub total_seats: i64,
+    /// Seats neither held nor paid.
+    pub remaining: i64,
+    pub levels: Vec<LevelFill>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LevelFill {
+    pub name: String,
+    pub cap: i64,
+    /// Held, unpaid, in the database.
+    pub held: i64,
+    /// Paid, in the database.
+    pub paid: i64,
+    /// What the level can still admit (as the booking page shows it).
+    pub remaining: i64,
+}
+
+/// `GET /api/ops/summary`
+#[utoipa::path(get, path = "/api/ops/summary", tag = "operator",
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "Fill per event and level, this process's counters and latency", body = Summary),
+        (status = 401, description = "unauthorized: missing or wrong operator token", body = ErrorBody),
+        (status = 503, description = "retry: Redis or the database is unavailable", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ))]
+pub async fn summary(State(app): State<AppState>, headers: HeaderMap) -> Result<Json<Summary>, ApiError> {
+    authorise(&app, &headers)?;
+    let mut events = Vec::new();
+    for id in open_events(&app).await? {
+        if let Some(fill) = event_fill(&app, &id).await? {
+            events.push(fill);
+        }
+    }
+    let stats = &app.sale.stats;
+    let latency = stats.booking_latency.by_outcome().into_iter().map(|(outcome, h)| (outcome, latency_summary(&h.snapshot()))).collect();
+    Ok(Json(Summary { now_ms: now_ms(), counters: stats.snapshot(), latency, events }))
+}
+
+async fn open_events(app: &AppState) -> Result<Vec<EventId>, ApiError> {
+    let mut conn = app.sale.link.shared().await.map_err(|e| unavailable("redis", &e))?;
+    let mut ids: Vec<String> = redis::cmd("SMEMBERS").arg(EVENTS_KEY).query_async(&mut conn).await.map_err(|e| unavailable("redis", &e))?;
+    ids.sort();
+    Ok(ids.iter().filter_map(|id| EventId::parse(id).ok()).take(EVENTS_MAX).collect())
+}
+
+/// None when the event vanished between listing and reading it.
+async fn event_fill(app: &AppState, id: &EventId) -> Result<Option<EventFill>, ApiError> {
+    let view = match app.sale.event(id).await {
+        Ok(view) => view,
+        Err(crate::sale::booking::Refusal::UnknownEvent) => return Ok(None),
+        Err(other) => return Err(other.into()),
+    };
+    let (free, taken) = counts(app, &view).await.map_err(|e| unavailable("redis", &e))?;
+    let rows = app.sale.store.level_counts(id).await.map_err(|e| unavailable("database", &e))?;
+    let availability = availability_of(&view, free, &taken);
+    let levels = availability
+        .levels
+        .into_iter()
+        .map(|(name, level)| {
+            let counted = rows.get(&name).cloned().unwrap_or_default();
+            LevelFill { cap: level.cap, held: counted.held, paid: counted.paid, remaining: level.remaining, name }
+        })
+        .collect();
+    Ok(Some(EventFill { id: availability.id, state: availability.state, total_seats: availability.total_seats, remaining: free, levels }))
+}
+
+/// The dashboard keeps polling through a 503; the log says which side failed.
+fn unavailable(what: &'static str, err: &dyn std::fmt::Display) -> ApiError {
+    tracing::warn!(error = %err, "dashboard summary: {what} unavailable");
+    ApiError::Retry("dashboard data unavailable")
+}
+
+fn latency_summary(snapshot: &crate::sale::latency::HistogramSnapshot) -> LatencySummary {
+    let mut previous = 0;
+    let counts = snapshot
+        .cumulative
+        .iter()
+        .map(|(_, running)| {
+            let here = running - previous;
+            previous = *running;
+            here
+        })
+        .collect();
+    LatencySummary { bounds_seconds: BUCKET_BOUNDS_MICROS.iter().map(|m| *m as f64 / 1e6).collect(), counts }
+}

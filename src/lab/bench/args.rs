@@ -1,0 +1,98 @@
+//! Arguments of `seatrush bench` and `seatrush bench strategies`.
+
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum BenchCommand {
+    /// One hot event booked four ways: Lua script, WATCH/MULTI/EXEC, SET NX PX lock, PostgreSQL counter row
+    Strategies(StrategiesArgs),
+}
+
+/// The HTTP load run. Without `--url` it starts its own topology (private Redis primary and
+/// replica, SQLite in a temp dir, an event with `--codes` codes, the server in-process on port 0).
+#[derive(Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// Target an existing server (http://host:port); its event must allow the codes PREFIX0000000…
+    #[arg(long, env = "SEATRUSH_BENCH_URL")]
+    pub url: Option<String>,
+    /// Event to book
+    #[arg(long, default_value = "bench")]
+    pub event: String,
+    /// Levels to spread bookings over, comma-separated
+    #[arg(long, default_value = "A1,B1,C1", value_delimiter = ',')]
+    pub levels: Vec<String>,
+    /// Registered codes are PREFIX followed by a 7-digit number from 0
+    #[arg(long, default_value = "BENCH-")]
+    pub code_prefix: String,
+    /// First code number handed out as a fresh booking (a second run against the same event starts past the first)
+    #[arg(long, default_value_t = 0)]
+    pub code_start: u64,
+    /// Registered codes (and, self-contained, the allowlist size)
+    #[arg(long, default_value_t = 300_000)]
+    pub codes: u64,
+    /// Seats in the self-contained event (default: one per code)
+    #[arg(long)]
+    pub seats: Option<i64>,
+    /// HTTP connections, each with one request in flight
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+    /// Open loop at this many requests per second (latency from the intended send time); absent = closed loop
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Length of the run, in seconds
+    #[arg(long, default_value_t = 10)]
+    pub duration_s: u64,
+    /// Stop after this many requests even if time is left
+    #[arg(long)]
+    pub requests_max: Option<u64>,
+    /// Workload mix, as weights: fresh, retry (same nonce), duplicate (new nonce), unregistered, bot
+    #[arg(long, default_value = "fresh=86,retry=4,duplicate=4,unregistered=3,bot=3")]
+    pub mix: String,
+    /// Where report.json and report.svg go
+    #[arg(long, default_value = "bench-out")]
+    pub out_dir: PathBuf,
+    /// Self-contained: no replica (and no WAIT)
+    #[arg(long)]
+    pub no_replica: bool,
+    /// Self-contained: skip the Redis ceiling measurement (redis-benchmark on the same primary)
+    #[arg(long)]
+    pub no_ceiling: bool,
+    /// Self-contained: database for the run, `sqlite` (a file in a temp dir) or `postgres` (a fresh database on --postgres-admin-url, dropped afterwards)
+    #[arg(long, default_value = "sqlite")]
+    pub backend: String,
+    /// Where `--backend postgres` creates its database
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    pub postgres_admin_url: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StrategiesArgs {
+    /// Seats of the hot event
+    #[arg(long, default_value_t = 1000)]
+    pub seats: i64,
+    /// Concurrent clients, each with its own connection
+    #[arg(long, default_value_t = 200)]
+    pub clients: usize,
+    /// Sell-outs per strategy (figures are over all of them)
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// PostgreSQL database in which a schema of its own is created and dropped afterwards
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    pub postgres_url: String,
+    /// Most PostgreSQL connections (the server's max_connections is shared with other users)
+    #[arg(long, default_value_t = 40)]
+    pub postgres_connections: u32,
+    /// Where strategies.json goes
+    #[arg(long, default_value = "bench-out")]
+    pub out_dir: PathBuf,
+}

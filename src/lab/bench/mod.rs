@@ -1,0 +1,113 @@
+//! `seatrush bench`: the load tool for the booking API, and `seatrush bench strategies`, the
+//! contention comparison. Figures are printed and written to `--out-dir` (report.json and
+//! report.svg, or strategies.json); nothing here is a timed test.
+
+pub mod args;
+pub mod ceiling;
+pub mod client;
+pub mod driver;
+pub mod report;
+pub mod strategies;
+pub mod svg;
+pub mod topology;
+pub mod workload;
+
+use crate::ops::settings::Settings;
+use args::{BenchArgs, BenchCommand, LoadArgs};
+use anyhow::Context;
+use report::{Machine, Report, RunFacts};
+use std::sync::Arc;
+use std::time::Duration;
+use topology::Topology;
+use workload::{Codes, Mix};
+
+/// Admit calls per redis-benchmark run when measuring the ceiling.
+const CEILING_REQUESTS: u64 = 300_000;
+
+pub async fn run(settings: &Settings, args: &BenchArgs) -> anyhow::Result<()> {
+    match &args.command {
+        Some(BenchCommand::Strategies(s)) => strategies::run(s).await,
+        None => {
+            let report = load(settings, &args.load).await?;
+            anyhow::ensure!(report.checks.passed, "the run's checks failed (see {})", args.load.out_dir.display());
+            Ok(())
+        }
+    }
+}
+
+/// One load run, against `--url` or a topology of its own; writes the report and returns it.
+pub async fn load(settings: &Settings, args: &LoadArgs) -> anyhow::Result<Report> {
+    let loadavg_before = Machine::loadavg();
+    let mix = Mix::parse(&args.mix)?;
+    let codes = Arc::new(Codes::starting_at(&args.code_prefix, args.codes, args.code_start));
+    let topology = match &args.url {
+        Some(_) => None,
+        None => {
+            eprintln!("starting Redis primary+replica, {} database, event {:?} with {} codes…", args.backend, args.event, args.codes);
+            Some(Topology::start(settings, args).await?)
+        }
+    };
+    let ceiling = match &topology {
+        Some(t) if !args.no_ceiling => {
+            eprintln!("measuring the Redis ceiling with redis-benchmark…");
+            Some(ceiling::measure(&t.primary, CEILING_REQUESTS).await?)
+        }
+        _ => None,
+    };
+    let url = args.url.clone().or_else(|| topology.as_ref().map(|t| t.url.clone())).expect("a URL or a topology");
+    let spec = driver::RunSpec {
+        target: client::Target::resolve(&url, &args.event).await?,
+        connections: args.connections.max(1),
+        rate: args.rate.filter(|r| *r > 0.0),
+        duration: Duration::from_secs(args.duration_s.max(1)),
+        requests_max: args.requests_max,
+        mix,
+        levels: args.levels.clone(),
+        codes,
+    };
+    let (tally, seconds, elapsed) = driver::run(spec).await;
+    let store = match &topology {
+        Some(t) => Some(t.check(tally.admitted_slots.len()).await?),
+        None => None,
+    };
+    let facts = RunFacts { target: url, connections: args.connections, rate: args.rate, loadavg_before };
+    let mut report = report::build(facts, &tally, &seconds, elapsed, store);
+    if let Some(t) = &topology {
+        report.server = Some(server_levers(&t.settings, args));
+    }
+    if let Some(c) = ceiling {
+        report.share_of_ceiling = Some(report.admitted_per_s / c.pipelined_per_s);
+        report.ceiling = Some(c);
+    }
+    if let Some(t) = topology {
+        t.finish().await;
+    }
+    write(args, &report)?;
+    print!("{}", report.summary());
+    Ok(report)
+}
+
+fn server_levers(s: &Settings, args: &LoadArgs) -> serde_json::Value {
+    serde_json::json!({
+        "backend": args.backend,
+        "replica": !args.no_replica,
+        "wait_replicas": s.wait_replicas,
+        "commit_connections": s.commit_connections,
+        "commit_batch_max": s.commit_batch_max,
+        "persist_batch_max": s.persist_batch_max,
+        "persist_linger_ms": s.persist_linger_ms,
+        "persist_writers": s.persist_writers,
+        "persist_direct_sqlite": s.persist_direct_sqlite,
+        "allowlist_in_memory": s.allowlist_in_memory,
+        "allowlist_codes": args.codes,
+    })
+}
+
+fn write(args: &LoadArgs, report: &Report) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out_dir).with_context(|| format!("creating {}", args.out_dir.display()))?;
+    let json = args.out_dir.join("report.json");
+    std::fs::write(&json, serde_json::to_string_pretty(report)?)?;
+    std::fs::write(args.out_dir.join("report.svg"), svg::render(report))?;
+    eprintln!("wrote {} and report.svg", json.display());
+    Ok(())
+}

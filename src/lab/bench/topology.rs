@@ -1,0 +1,164 @@
+//! The self-contained bench: a private Redis primary and replica, a database of its own (SQLite in
+//! a temp dir, or a fresh PostgreSQL database dropped afterwards), an event with a large
+//! allowlist, opened, and the real server in-process on port 0 with its reaper, built by the same
+//! `ops::build_app` as `serve`, so every server flag applies.
+
+use super::report::StoreCheck;
+use crate::lab::bench::args::LoadArgs;
+use crate::ops::settings::Settings;
+use crate::domain::code::{CodeHash, CodeHasher, NormalisedCode};
+use crate::domain::event::{EventId, EventSpec, LevelName};
+use crate::http;
+use crate::redis_io::keys::EventKeys;
+use crate::ops::loader;
+use crate::redis_io::link::RedisLink;
+use crate::lab::redis_server::{RedisOptions, RedisServer};
+use crate::sale::Sale;
+use crate::store::Store;
+use anyhow::Context;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long the pending admissions may take to drain after the load stops.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
+const DRAIN_POLL: Duration = Duration::from_millis(50);
+
+pub struct Topology {
+    pub url: String,
+    pub primary: RedisServer,
+    pub replica: Option<RedisServer>,
+    pub store: Store,
+    pub sale: Arc<Sale>,
+    pub event: EventId,
+    pub seats: i64,
+    pub settings: Settings,
+    _dir: tempfile::TempDir,
+    postgres: Option<(String, String)>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// The event of a self-contained run: every level may take every seat, so only the seats bind.
+pub fn bench_spec(event: &str, seats: i64, levels: &[String]) -> anyhow::Result<EventSpec> {
+    let levels: BTreeMap<LevelName, i64> = levels
+        .iter()
+        .map(|l| LevelName::parse(l).map(|l| (l, seats)).ok_or_else(|| anyhow::anyhow!("bad level name {l:?}")))
+        .collect::<anyhow::Result<_>>()?;
+    Ok(EventSpec { id: EventId::parse(event)?, total_seats: seats, hold_seconds: 3600, opens_at_ms: None, closes_at_ms: None, levels })
+}
+
+pub fn bench_hashes(prefix: &str, count: u64) -> anyhow::Result<Vec<CodeHash>> {
+    let hasher = CodeHasher::from_env();
+    let codes = super::workload::Codes::new(prefix, count);
+    (0..count).map(|i| Ok(hasher.hash(&NormalisedCode::parse(&codes.code(i)).map_err(|e| anyhow::anyhow!("code prefix: {e}"))?))).collect()
+}
+
+impl Topology {
+    pub async fn start(settings: &Settings, load: &LoadArgs) -> anyhow::Result<Self> {
+        let replicated = !load.no_replica;
+        let (primary, replica) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            if replicated {
+                let (p, r) = RedisServer::start_pair()?;
+                p.require_replicas(1)?;
+                Ok((p, Some(r)))
+            } else {
+                Ok((RedisServer::start(&RedisOptions::default())?, None))
+            }
+        })
+        .await??;
+        let dir = tempfile::Builder::new().prefix("seatrush-bench-").tempdir()?;
+        let (database_url, postgres) = match load.backend.as_str() {
+            "sqlite" => (format!("sqlite://{}", dir.path().join("bench.db").display()), None),
+            "postgres" => {
+                let name = format!("seatrush_bench_{}", uuid::Uuid::new_v4().simple());
+                let admin = sqlx::PgPool::connect(&load.postgres_admin_url).await.context("connecting to --postgres-admin-url")?;
+                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await?;
+                admin.close().await;
+                let base = load.postgres_admin_url.rsplit_once('/').map_or(load.postgres_admin_url.as_str(), |(b, _)| b);
+                (format!("{base}/{name}"), Some((load.postgres_admin_url.clone(), name)))
+            }
+            other => anyhow::bail!("--backend must be sqlite or postgres (got {other:?})"),
+        };
+        let store = Store::connect(&database_url).await?;
+        let seats = load.seats.unwrap_or(load.codes as i64);
+        let spec = bench_spec(&load.event, seats, &load.levels)?;
+        store.apply_event(&spec).await?;
+        store.import_allowlist(&spec.id, &bench_hashes(&load.code_prefix, load.codes)?).await?;
+        let link = RedisLink::new(&primary.url())?;
+        loader::open_event(&mut link.check().await?, &store, &spec.id).await?;
+
+        let mut settings = settings.clone();
+        settings.redis_url = primary.url();
+        settings.database_url = database_url;
+        if !replicated {
+            settings.wait_replicas = 0;
+        }
+        let app = crate::ops::build_app(&settings).await?;
+        let sale = app.sale.clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mut http_stop = stopped.clone();
+        tokio::spawn(http::serve(listener, app, async move {
+            let _ = http_stop.wait_for(|s| *s).await;
+        }));
+        let reaper_sale = sale.clone();
+        let mut reaper_stop = stopped;
+        tokio::spawn(async move {
+            reaper_sale
+                .run_reaper(async move {
+                    let _ = reaper_stop.wait_for(|s| *s).await;
+                })
+                .await
+        });
+        Ok(Self { url, primary, replica, store, sale, event: spec.id, seats, settings, _dir: dir, postgres, stop })
+    }
+
+    /// After the load: waits for the pending admissions to drain, then checks the database and
+    /// Redis against each other and against the answers (`admitted` fresh answers).
+    pub async fn check(&self, admitted_answers: usize) -> anyhow::Result<StoreCheck> {
+        let keys = EventKeys::new(&self.event);
+        let mut conn = self.sale.link.shared().await?;
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        let mut pending: i64 = redis::cmd("ZCARD").arg(&keys.pending).query_async(&mut conn).await?;
+        while pending > 0 && Instant::now() < deadline {
+            tokio::time::sleep(DRAIN_POLL).await;
+            pending = redis::cmd("ZCARD").arg(&keys.pending).query_async(&mut conn).await?;
+        }
+        let holders = self.store.seat_holders(&self.event).await?;
+        let spec = self.store.event(&self.event).await?.spec;
+        let mut per_level: HashMap<&str, i64> = HashMap::new();
+        for r in &holders {
+            *per_level.entry(r.level.as_str()).or_default() += 1;
+        }
+        let taken: HashMap<String, i64> = redis::cmd("HGETALL").arg(&keys.taken).query_async(&mut conn).await?;
+        Ok(StoreCheck {
+            seats: self.seats,
+            held_rows: holders.len() as i64,
+            distinct_codes: holders.iter().map(|r| &r.code).collect::<HashSet<_>>().len() == holders.len(),
+            distinct_slots: holders.iter().map(|r| r.slot).collect::<HashSet<_>>().len() == holders.len(),
+            within_caps: spec.levels.iter().all(|(l, cap)| per_level.get(l.as_str()).copied().unwrap_or(0) <= *cap),
+            redis_counters_match: spec.levels.keys().all(|l| taken.get(l.as_str()).copied().unwrap_or(0) == per_level.get(l.as_str()).copied().unwrap_or(0)),
+            pending_left: pending,
+            answers_have_rows: holders.len() >= admitted_answers,
+        })
+    }
+
+    /// Stops the server and drops the PostgreSQL database if one was made.
+    pub async fn finish(self) {
+        let _ = self.stop.send(true);
+        self.store_close().await;
+        if let Some((admin_url, name)) = &self.postgres {
+            if let Ok(admin) = sqlx::PgPool::connect(admin_url).await {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin).await;
+            }
+        }
+    }
+
+    async fn store_close(&self) {
+        match &self.store {
+            Store::Sqlite(p) => p.close().await,
+            Store::Postgres(p) => p.close().await,
+        }
+    }
+}

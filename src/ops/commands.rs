@@ -1,0 +1,261 @@
+//! The operator commands: `event apply`, `allowlist import`, `open`, `close`, `status`,
+//! `reconcile`, `serve`. Each returns an error with one clear line for the binary to print.
+
+use crate::ops::settings::Settings;
+use crate::domain::code::{CodeHash, CodeHasher, NormalisedCode};
+use crate::sale::committer::AckPolicy;
+use crate::domain::event::{EventId, EventSpec};
+use crate::fault_hooks::FaultPlan;
+use crate::http::{self, AppState};
+use crate::ops::loader;
+use crate::sale::persister::PersistPolicy;
+use crate::ops::reconcile as recompute;
+use crate::redis_io::link::{require_noeviction, RedisLink};
+use crate::sale::{Sale, SaleSettings};
+use crate::store::Store;
+use anyhow::{bail, Context};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub async fn apply_event(settings: &Settings, file: &Path) -> anyhow::Result<EventSpec> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let spec = EventSpec::from_toml(&text).with_context(|| format!("{} is not a valid event file", file.display()))?;
+    let store = Store::connect(&settings.database_url).await?;
+    store.apply_event(&spec).await?;
+    Ok(spec)
+}
+
+/// What an allowlist file held.
+#[derive(Debug, Default)]
+pub struct ParsedAllowlist {
+    pub hashes: Vec<CodeHash>,
+    /// (line number, reason) for every line that was not a valid code.
+    pub bad_lines: Vec<(usize, String)>,
+}
+
+/// One code per line, or CSV whose header has a `code` column. Blank lines are skipped.
+pub fn parse_allowlist(text: &str, hasher: &CodeHasher) -> ParsedAllowlist {
+    let mut out = ParsedAllowlist::default();
+    let mut lines = text.lines().enumerate().peekable();
+    let mut column = None;
+    if let Some((_, first)) = lines.peek() {
+        let header: Vec<String> = first.split(',').map(|c| c.trim().trim_matches('"').to_ascii_lowercase()).collect();
+        if let Some(i) = header.iter().position(|c| c == "code") {
+            column = Some(i);
+            lines.next();
+        }
+    }
+    for (i, line) in lines {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let raw = match column {
+            None => Some(line),
+            Some(c) => line.split(',').nth(c).map(|f| f.trim().trim_matches('"')),
+        };
+        match raw.map(NormalisedCode::parse) {
+            Some(Ok(code)) => out.hashes.push(hasher.hash(&code)),
+            Some(Err(e)) => out.bad_lines.push((i + 1, e.to_string())),
+            None => out.bad_lines.push((i + 1, "no code column on this line".into())),
+        }
+    }
+    out
+}
+
+pub async fn import_allowlist(settings: &Settings, event: &str, file: &Path) -> anyhow::Result<()> {
+    let id = EventId::parse(event)?;
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let parsed = parse_allowlist(&text, &CodeHasher::from_env());
+    let store = Store::connect(&settings.database_url).await?;
+    let added = store.import_allowlist(&id, &parsed.hashes).await?;
+    println!(
+        "imported {} codes into {id}: {added} new, {} already there",
+        parsed.hashes.len(),
+        parsed.hashes.len() as u64 - added
+    );
+    for (line, why) in parsed.bad_lines.iter().take(50) {
+        eprintln!("{}:{line}: {why}", file.display());
+    }
+    if !parsed.bad_lines.is_empty() {
+        bail!("{} bad lines in {} were skipped (the rest were imported)", parsed.bad_lines.len(), file.display());
+    }
+    Ok(())
+}
+
+async fn connect(settings: &Settings) -> anyhow::Result<(RedisLink, Store)> {
+    let link = RedisLink::new(&settings.redis_url)?;
+    link.check().await?;
+    let store = Store::connect(&settings.database_url).await?;
+    Ok((link, store))
+}
+
+pub async fn open(settings: &Settings, event: &str) -> anyhow::Result<()> {
+    let id = EventId::parse(event)?;
+    let (link, store) = connect(settings).await?;
+    let mut conn = link.check().await?;
+    let report = loader::open_event(&mut conn, &store, &id).await?;
+    if let Some(warning) = &report.min_replicas_warning {
+        eprintln!("warning: {warning}");
+    }
+    println!(
+        "opened {id}: {} codes on the allowlist, {} free seats{}",
+        report.allowlist,
+        report.free_seats,
+        if report.rebuilt { " (seats and counters built from the database)" } else { " (already loaded: allowlist, caps and window refreshed)" }
+    );
+    Ok(())
+}
+
+pub async fn close(settings: &Settings, event: &str) -> anyhow::Result<()> {
+    let id = EventId::parse(event)?;
+    let (link, store) = connect(settings).await?;
+    loader::close_event(&mut link.check().await?, &store, &id).await?;
+    println!("closed {id}");
+    Ok(())
+}
+
+pub async fn status(settings: &Settings, event: &str) -> anyhow::Result<()> {
+    let id = EventId::parse(event)?;
+    let (link, store) = connect(settings).await?;
+    let stored = store.event(&id).await?;
+    let c = recompute::compare(&mut link.check().await?, &store, &id).await?;
+    println!("event {id}: {} in the database, {} seats, {} free in Redis", stored.state, c.total_seats, c.redis_free);
+    println!("{:<12} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10}", "level", "cap", "redis taken", "db held", "db paid", "pending", "remaining");
+    for (level, l) in &c.levels {
+        println!(
+            "{:<12} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10}",
+            level,
+            l.cap,
+            l.redis_taken,
+            l.db_held,
+            l.db_paid,
+            l.pending,
+            (l.cap - l.redis_taken).clamp(0, c.redis_free)
+        );
+    }
+    for d in c.drift() {
+        println!("drift: {d}");
+    }
+    Ok(())
+}
+
+pub async fn reconcile(settings: &Settings, event: &str, repair: bool) -> anyhow::Result<()> {
+    let id = EventId::parse(event)?;
+    let (link, store) = connect(settings).await?;
+    let drift = recompute::reconcile(&link, &store, &id, repair).await?;
+    if drift.is_empty() {
+        println!("{id}: Redis and the database agree");
+        return Ok(());
+    }
+    for d in &drift {
+        println!("drift: {d}");
+    }
+    if repair {
+        println!("{id}: repaired {} findings", drift.len());
+        Ok(())
+    } else {
+        bail!("{} drift findings; run with --repair to rewrite Redis from the database", drift.len())
+    }
+}
+
+/// The request path's settings from the flags.
+pub fn sale_settings(settings: &Settings) -> SaleSettings {
+    SaleSettings {
+        ack: AckPolicy { replicas: settings.wait_replicas, timeout: Duration::from_millis(settings.wait_timeout_ms) },
+        commit_connections: settings.commit_connections,
+        persist_timeout: Duration::from_millis(settings.persist_timeout_ms),
+        reaper_interval: Duration::from_millis(settings.reaper_interval_ms),
+        commit_batch_max: settings.commit_batch_max,
+        persist: PersistPolicy {
+            batch_size_max: settings.persist_batch_max,
+            linger: Duration::from_millis(settings.persist_linger_ms),
+            writers: settings.persist_writers,
+            direct_sqlite: settings.persist_direct_sqlite,
+        },
+        allowlist_in_memory: settings.allowlist_in_memory,
+    }
+}
+
+/// Connects everything `serve` needs, after checking the primary will not evict.
+pub async fn build_app(settings: &Settings) -> anyhow::Result<AppState> {
+    let (link, store) = connect(settings).await?;
+    require_noeviction(&mut link.check().await?).await?;
+    let sale = Sale::new(Arc::new(link), store, sale_settings(settings), FaultPlan::from_env());
+    if sale.settings.allowlist_in_memory {
+        sale.allowlist.warm(&sale.catalog).await?;
+    }
+    Ok(AppState { sale: Arc::new(sale), hasher: CodeHasher::from_env(), operator_token: settings.operator_token.clone() })
+}
+
+/// Serves HTTP and runs the reaper until ctrl-c or SIGTERM.
+pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
+    let app = build_app(settings).await?;
+    let listener = tokio::net::TcpListener::bind(&settings.listen).await.with_context(|| format!("cannot listen on {}", settings.listen))?;
+    tracing::info!(listen = %listener.local_addr()?, "seatrush serving");
+    run_until_shutdown(app, listener).await
+}
+
+/// The HTTP server and the reaper, both stopped by ctrl-c or SIGTERM.
+pub async fn run_until_shutdown(app: AppState, listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let sale = app.sale.clone();
+    let mut reaper_stop = stopped.clone();
+    let reaper = tokio::spawn(async move {
+        sale.run_reaper(async move {
+            let _ = reaper_stop.wait_for(|s| *s).await;
+        })
+        .await
+    });
+    let mut http_stop = stopped;
+    let server = http::serve(listener, app, async move {
+        let _ = http_stop.wait_for(|s| *s).await;
+    });
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    server.await?;
+    reaper.await?;
+    Ok(())
+}
+
+/// Resolves on ctrl-c or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_lines_are_codes_and_bad_ones_are_reported_by_line_number() {
+        let parsed = parse_allowlist("AB-1234\n\n  cd5678 \nx\nEF 99\n", &CodeHasher::plain());
+        assert_eq!(parsed.hashes.len(), 2);
+        assert_eq!(parsed.bad_lines.iter().map(|(l, _)| *l).collect::<Vec<_>>(), vec![4, 5]);
+    }
+
+    #[test]
+    fn csv_with_a_code_column_is_read_by_that_column() {
+        let parsed = parse_allowlist("name,Code\nAda,AB-1234\nBob,\"cd5678\"\nEve\n", &CodeHasher::plain());
+        assert_eq!(parsed.hashes.len(), 2);
+        assert_eq!(parsed.bad_lines, vec![(4, "no code column on this line".to_string())]);
+        let h = CodeHasher::plain();
+        assert_eq!(parsed.hashes[1], h.hash(&NormalisedCode::parse("CD5678").unwrap()));
+    }
+}

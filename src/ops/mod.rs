@@ -1,0 +1,10 @@
+//! Operator commands: `event apply`, `allowlist import`, `open`, `close`, `status`, `reconcile`
+//! and `serve`, with the settings they share. Loading an event into Redis (`loader`) and
+//! recomputing it from the database (`reconcile`) live beside them.
+
+mod commands;
+pub mod loader;
+pub mod reconcile;
+pub mod settings;
+
+pub use commands::*;

@@ -1,0 +1,60 @@
+//! Redis key names. Every key of an event carries the event in a hash tag (`{ev:ID}`), so all the
+//! keys one script touches sit on one shard of a Redis Cluster.
+
+use crate::domain::event::EventId;
+
+/// Set of event ids that `open` has loaded, so `serve` can find events opened after it started.
+pub const EVENTS_KEY: &str = "seatrush:events";
+
+/// The keys of one event.
+#[derive(Clone, Debug)]
+pub struct EventKeys {
+    /// hash: total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, loaded_at_ms
+    pub meta: String,
+    /// set of code hashes allowed to book
+    pub allow: String,
+    /// hash: level -> cap
+    pub cap: String,
+    /// hash: level -> seats held (pending, persisted or paid)
+    pub taken: String,
+    /// zset of free seat numbers, score = seat number
+    pub free: String,
+    /// hash: code hash -> "nonce admission-id slot level admitted-ms"
+    pub adm: String,
+    /// zset: code hash -> admitted-ms, admissions not yet in the database
+    pub pending: String,
+}
+
+impl EventKeys {
+    pub fn new(event: &EventId) -> Self {
+        let tag = format!("{{ev:{}}}", event.as_str());
+        Self {
+            meta: format!("{tag}:meta"),
+            allow: format!("{tag}:allow"),
+            cap: format!("{tag}:cap"),
+            taken: format!("{tag}:taken"),
+            free: format!("{tag}:free"),
+            adm: format!("{tag}:adm"),
+            pending: format!("{tag}:pending"),
+        }
+    }
+
+    /// Where `open` builds a key before the atomic switch renames it into place.
+    pub fn staged(key: &str) -> String {
+        format!("{key}:staged")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_shares_the_event_hash_tag() {
+        let keys = EventKeys::new(&EventId::parse("spring-exam").unwrap());
+        for key in [&keys.meta, &keys.allow, &keys.cap, &keys.taken, &keys.free, &keys.adm, &keys.pending] {
+            assert!(key.starts_with("{ev:spring-exam}:"), "{key}");
+        }
+        assert!(EventKeys::staged(&keys.allow).starts_with("{ev:spring-exam}:"));
+    }
+}

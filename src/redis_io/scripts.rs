@@ -1,0 +1,245 @@
+//! The Lua scripts (one file each under `lua/`), how they are called, and how their replies decode.
+//! Calls are built as plain `EVALSHA` commands so they can ride in a pipeline; `NOSCRIPT` after a
+//! restart or failover is answered by loading the script and calling again.
+
+use crate::domain::admission::Admission;
+use crate::domain::code::CodeHash;
+use crate::redis_io::keys::EventKeys;
+use crate::domain::nonce::Nonce;
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+
+/// One script: its source and SHA-1.
+pub struct Script {
+    source: &'static str,
+    sha: String,
+}
+
+impl Script {
+    fn new(source: &'static str) -> Self {
+        Self { source, sha: redis::Script::new(source).get_hash().to_owned() }
+    }
+
+    /// The `EVALSHA` command for these keys and arguments.
+    pub fn call(&self, keys: &[&str], args: &[&str]) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.sha).arg(keys.len()).arg(keys).arg(args);
+        cmd
+    }
+
+    /// `SCRIPT LOAD`, for after a `NOSCRIPT`.
+    pub fn load_cmd(&self) -> Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.source);
+        cmd
+    }
+}
+
+/// All of seatrush's scripts, loaded from `lua/` at compile time.
+pub struct Scripts {
+    pub admit: Script,
+    pub undo: Script,
+    pub release: Script,
+    pub persisted: Script,
+}
+
+const ADMIT_SOURCE: &str = include_str!("../../lua/admit.lua");
+/// The retry check of admit.lua, which `BrokenGuard::RetryCheck` switches off.
+const RETRY_CHECK: &str = "if nonce == ARGV[2] then";
+
+impl Scripts {
+    pub fn new() -> Self {
+        Self::with_broken_guard(None)
+    }
+
+    /// The scripts, with one guard switched off for the fault runner's checker test.
+    pub fn with_broken_guard(broken: Option<crate::fault_hooks::BrokenGuard>) -> Self {
+        let admit: &'static str = match broken {
+            Some(crate::fault_hooks::BrokenGuard::RetryCheck) => {
+                assert!(ADMIT_SOURCE.contains(RETRY_CHECK), "admit.lua lost its retry check line");
+                Box::leak(ADMIT_SOURCE.replace(RETRY_CHECK, "if false then").into_boxed_str())
+            }
+            _ => ADMIT_SOURCE,
+        };
+        Self {
+            admit: Script::new(admit),
+            undo: Script::new(include_str!("../../lua/undo.lua")),
+            release: Script::new(include_str!("../../lua/release.lua")),
+            persisted: Script::new(include_str!("../../lua/persisted.lua")),
+        }
+    }
+
+    pub fn all(&self) -> [&Script; 4] {
+        [&self.admit, &self.undo, &self.release, &self.persisted]
+    }
+
+    pub fn admit_call(&self, keys: &EventKeys, code: &CodeHash, nonce: &Nonce, level: &str, admission: &str) -> Cmd {
+        self.admit.call(
+            &[&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending],
+            &[code.as_str(), nonce.as_str(), level, admission],
+        )
+    }
+
+    /// The guarded undo (only while pending) or release (any held state) of one admission.
+    pub fn return_call(&self, script: &Script, keys: &EventKeys, admission: &Admission) -> Cmd {
+        script.call(
+            &[&keys.adm, &keys.taken, &keys.free, &keys.pending],
+            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id],
+        )
+    }
+
+    /// The undo for an admission whose seat the database says another booking holds.
+    pub fn undo_seat_held_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
+        self.undo.call(
+            &[&keys.adm, &keys.taken, &keys.free, &keys.pending],
+            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id, "seat-held"],
+        )
+    }
+
+    pub fn persisted_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
+        self.persisted.call(
+            &[&keys.adm, &keys.pending],
+            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id],
+        )
+    }
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// True when the error means the script cache is empty (restart or failover).
+pub fn is_noscript(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+/// Runs one script call on `conn`, loading the script once on `NOSCRIPT`.
+pub async fn run<C: redis::aio::ConnectionLike>(conn: &mut C, script: &Script, cmd: &Cmd) -> RedisResult<Value> {
+    match cmd.query_async::<Value>(conn).await {
+        Err(err) if is_noscript(&err) => {
+            script.load_cmd().query_async::<String>(conn).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+/// The Redis layer owns the record format; the type belongs to the sale.
+impl Admission {
+    /// Parses a record of the `adm` hash: "nonce admission-id slot level admitted-ms".
+    pub fn from_record(code: CodeHash, record: &str) -> Option<Self> {
+        let mut parts = record.split(' ');
+        let nonce = Nonce::parse(parts.next()?)?;
+        let id = parts.next()?.to_owned();
+        let slot = parts.next()?.parse().ok()?;
+        let level = parts.next()?.to_owned();
+        let admitted_ms = parts.next()?.parse().ok()?;
+        parts.next().is_none().then_some(Self { code, nonce, id, slot, level, admitted_ms })
+    }
+}
+
+/// What the admit script decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdmitReply {
+    /// Admitted now, or the original admission of a retry with the same nonce.
+    Admitted { slot: i64, admitted_ms: i64, admission: String, level: String },
+    /// -1: this code holds a seat under another nonce.
+    AlreadyAdmitted,
+    /// -3: the level is at its cap.
+    LevelFull,
+    /// -2: no free seat left.
+    SoldOut,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplyError {
+    #[error("script returned an unexpected reply: {0:?}")]
+    Unexpected(Value),
+}
+
+impl AdmitReply {
+    /// Decodes the admit script's reply; anything but the documented replies is an error.
+    pub fn decode(value: Value) -> Result<Self, ReplyError> {
+        match value {
+            Value::Int(-1) => Ok(Self::AlreadyAdmitted),
+            Value::Int(-3) => Ok(Self::LevelFull),
+            Value::Int(-2) => Ok(Self::SoldOut),
+            Value::Array(ref items) if items.len() == 4 => {
+                let admitted = (|| {
+                    let slot = int(&items[0])?;
+                    let admitted_ms = int(&items[1])?;
+                    let admission = text(&items[2])?;
+                    let level = text(&items[3])?;
+                    (slot >= 1).then_some(Self::Admitted { slot, admitted_ms, admission, level })
+                })();
+                admitted.ok_or(ReplyError::Unexpected(value))
+            }
+            other => Err(ReplyError::Unexpected(other)),
+        }
+    }
+}
+
+/// Decodes the 0/1 reply of undo, release and persisted.
+pub fn decode_changed(value: Value) -> Result<bool, ReplyError> {
+    match value {
+        Value::Int(1) => Ok(true),
+        Value::Int(0) => Ok(false),
+        other => Err(ReplyError::Unexpected(other)),
+    }
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admit_replies_decode_into_their_variants() {
+        assert_eq!(AdmitReply::decode(Value::Int(-1)).unwrap(), AdmitReply::AlreadyAdmitted);
+        assert_eq!(AdmitReply::decode(Value::Int(-3)).unwrap(), AdmitReply::LevelFull);
+        assert_eq!(AdmitReply::decode(Value::Int(-2)).unwrap(), AdmitReply::SoldOut);
+        let admitted = Value::Array(vec![
+            Value::Int(7),
+            Value::Int(1_800_000_000_000),
+            Value::BulkString(b"abc".to_vec()),
+            Value::BulkString(b"B1".to_vec()),
+        ]);
+        assert_eq!(
+            AdmitReply::decode(admitted).unwrap(),
+            AdmitReply::Admitted { slot: 7, admitted_ms: 1_800_000_000_000, admission: "abc".into(), level: "B1".into() }
+        );
+    }
+
+    #[test]
+    fn unknown_replies_are_errors_not_guesses() {
+        assert!(AdmitReply::decode(Value::Int(-4)).is_err());
+        assert!(AdmitReply::decode(Value::Int(0)).is_err());
+        assert!(AdmitReply::decode(Value::Nil).is_err());
+        assert!(AdmitReply::decode(Value::Array(vec![Value::Int(0), Value::Int(1), Value::Nil, Value::Nil])).is_err());
+        assert!(decode_changed(Value::Int(2)).is_err());
+    }
+
+    #[test]
+    fn records_parse_back_into_admissions() {
+        let code = CodeHash::from_hex(&"a".repeat(64)).unwrap();
+        let a = Admission::from_record(code.clone(), "nonce-123 adm1 12 B1 1800000000000").unwrap();
+        assert_eq!((a.slot, a.level.as_str(), a.admitted_ms), (12, "B1", 1_800_000_000_000));
+        assert!(Admission::from_record(code.clone(), "nonce-123 adm1 12 B1").is_none());
+        assert!(Admission::from_record(code, "nonce-123 adm1 x B1 1").is_none());
+    }
+}

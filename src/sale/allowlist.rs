@@ -1,0 +1,163 @@
+//! The allowlist gate answered from memory. The allowlist is fixed before a sale opens (only a
+//! re-run of `open` changes it), so `serve` copies each event's code hashes out of Redis once,
+//! as sorted 32-byte binary hashes (32 MB per million codes), and answers the gate with a binary
+//! search instead of a round trip. `open` stamps every load with a fresh `allow_version` in the
+//! event's meta hash; the catalog re-reads meta every `CATALOG_TTL`, and a changed version makes
+//! the next gate check reload the set. The copy comes from Redis, never from the database, so
+//! there is still no database fallback during the sale.
+
+use crate::sale::catalog::{Catalog, EventView};
+use crate::domain::code::CodeHash;
+use crate::domain::event::EventId;
+use crate::redis_io::keys::EVENTS_KEY;
+use crate::redis_io::link::RedisLink;
+use redis::{RedisError, RedisResult};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// Members asked for per SSCAN call while copying a set.
+const SCAN_COUNT: usize = 10_000;
+/// Copies attempted before giving up when `open` keeps replacing the set under us.
+const LOAD_ATTEMPTS_MAX: usize = 3;
+/// SSCAN calls per copy; a million codes take about a hundred.
+const SCAN_CALLS_MAX: usize = 100_000;
+
+/// One event's allowlist as loaded by one `open`.
+pub struct AllowSet {
+    pub version: String,
+    hashes: Vec<[u8; 32]>,
+}
+
+impl AllowSet {
+    /// Builds the set from lowercase hex hashes; anything else is skipped (open only loads hashes).
+    pub fn from_hex<'a>(version: String, hex: impl IntoIterator<Item = &'a str>) -> Self {
+        Self::from_binary(version, hex.into_iter().filter_map(decode).collect())
+    }
+
+    fn from_binary(version: String, mut hashes: Vec<[u8; 32]>) -> Self {
+        hashes.sort_unstable();
+        hashes.dedup();
+        hashes.shrink_to_fit();
+        Self { version, hashes }
+    }
+
+    pub fn contains(&self, code: &CodeHash) -> bool {
+        decode(code.as_str()).is_some_and(|h| self.hashes.binary_search(&h).is_ok())
+    }
+
+    pub fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hashes.is_empty()
+    }
+}
+
+fn decode(hex: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(hex, &mut out).ok()?;
+    Some(out)
+}
+
+/// The in-memory sets of every event this process has checked a code for.
+pub struct AllowCache {
+    link: Arc<RedisLink>,
+    sets: RwLock<HashMap<EventId, Arc<AllowSet>>>,
+    /// One copy at a time: a reload of a million codes should not run once per waiting request.
+    loading: tokio::sync::Mutex<()>,
+}
+
+impl AllowCache {
+    pub fn new(link: Arc<RedisLink>) -> Self {
+        Self { link, sets: RwLock::new(HashMap::new()), loading: tokio::sync::Mutex::new(()) }
+    }
+
+    /// `Some(allowed)` from memory, or `None` when the event carries no `allow_version` (opened by
+    /// an older seatrush), in which case the caller asks Redis.
+    pub async fn contains(&self, view: &EventView, code: &CodeHash) -> RedisResult<Option<bool>> {
+        let Some(version) = &view.allow_version else { return Ok(None) };
+        if let Some(set) = self.current(&view.id, version) {
+            return Ok(Some(set.contains(code)));
+        }
+        let _one_copy = self.loading.lock().await;
+        if let Some(set) = self.current(&view.id, version) {
+            return Ok(Some(set.contains(code)));
+        }
+        let set = self.load(view).await?;
+        let allowed = set.contains(code);
+        self.sets.write().expect("allowlist lock never poisoned").insert(view.id.clone(), set);
+        Ok(Some(allowed))
+    }
+
+    fn current(&self, id: &EventId, version: &str) -> Option<Arc<AllowSet>> {
+        let sets = self.sets.read().expect("allowlist lock never poisoned");
+        sets.get(id).filter(|s| s.version == version).cloned()
+    }
+
+    /// Copies the set with SSCAN; the version read before and after must match and the copy must
+    /// hold SCARD members, or `open` switched the set mid-copy and the copy is taken again.
+    async fn load(&self, view: &EventView) -> RedisResult<Arc<AllowSet>> {
+        let mut conn = self.link.shared().await?;
+        for _ in 0..LOAD_ATTEMPTS_MAX {
+            let before: Option<String> = redis::cmd("HGET").arg(&view.keys.meta).arg("allow_version").query_async(&mut conn).await?;
+            // Decoded page by page: a million hex Strings at once would double the peak footprint.
+            let mut members: Vec<[u8; 32]> = Vec::new();
+            let mut cursor: u64 = 0;
+            for _ in 0..SCAN_CALLS_MAX {
+                let (next, page): (u64, Vec<String>) =
+                    redis::cmd("SSCAN").arg(&view.keys.allow).arg(cursor).arg("COUNT").arg(SCAN_COUNT).query_async(&mut conn).await?;
+                members.extend(page.iter().filter_map(|h| decode(h)));
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+            let (after, count): (Option<String>, usize) =
+                redis::pipe().hget(&view.keys.meta, "allow_version").scard(&view.keys.allow).query_async(&mut conn).await?;
+            let Some(version) = after.filter(|a| Some(a) == before.as_ref()) else { continue };
+            let set = AllowSet::from_binary(version, members);
+            if cursor == 0 && set.len() == count {
+                tracing::info!(event = %view.id, codes = set.len(), "allowlist copied into memory");
+                return Ok(Arc::new(set));
+            }
+        }
+        Err(RedisError::from((redis::ErrorKind::Io, "allowlist kept changing while it was copied")))
+    }
+}
+
+impl AllowCache {
+    /// Copies the allowlist of every opened event before serving, so the first request of a sale
+    /// does not wait for a million codes.
+    pub async fn warm(&self, catalog: &Catalog) -> anyhow::Result<()> {
+        let mut conn = self.link.shared().await?;
+        let events: Vec<String> = redis::cmd("SMEMBERS").arg(EVENTS_KEY).query_async(&mut conn).await?;
+        for id in events.iter().filter_map(|e| EventId::parse(e).ok()) {
+            if let Some(view) = catalog.get(&id).await? {
+                let probe = CodeHash::from_hex(&"0".repeat(64)).expect("64 hex digits");
+                self.contains(&view, &probe).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::code::{CodeHasher, NormalisedCode};
+
+    fn hash(code: &str) -> CodeHash {
+        CodeHasher::plain().hash(&NormalisedCode::parse(code).unwrap())
+    }
+
+    #[test]
+    fn a_set_holds_exactly_the_hashes_it_was_built_from() {
+        let members = [hash("AAAA-1"), hash("BBBB-2"), hash("AAAA-1")];
+        let set = AllowSet::from_hex("v1".into(), members.iter().map(|h| h.as_str()));
+        assert_eq!(set.len(), 2);
+        assert!(set.contains(&hash("AAAA-1")));
+        assert!(set.contains(&hash("bbbb-2")));
+        assert!(!set.contains(&hash("CCCC-3")));
+    }
+}

@@ -1,0 +1,45 @@
+//! The admit path's values: the request as the edge parsed it, the seat it got, or why not.
+
+use crate::domain::code::CodeHash;
+use crate::domain::event::EventId;
+use crate::domain::nonce::Nonce;
+
+/// A booking request whose fields have passed the shape gate.
+#[derive(Clone, Debug)]
+pub struct BookingRequest {
+    pub event: EventId,
+    pub code: CodeHash,
+    pub level: String,
+    pub nonce: Nonce,
+}
+
+/// A seat held for the candidate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Booked {
+    pub slot: i64,
+    pub level: String,
+    pub hold_until_ms: i64,
+}
+
+/// Every answer but a seat, each with its HTTP meaning in the edge's error type.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Refusal {
+    #[error("unknown event")]
+    UnknownEvent,
+    #[error("unknown level {0:?}")]
+    UnknownLevel(String),
+    #[error("the sale has not opened yet")]
+    NotOpen,
+    #[error("the sale is closed")]
+    Closed,
+    #[error("this code is not registered for the event")]
+    NotRegistered,
+    #[error("this code already holds a seat")]
+    AlreadyAdmitted,
+    #[error("the level is full")]
+    LevelFull,
+    #[error("the event is sold out")]
+    SoldOut,
+    #[error("try again: {0}")]
+    Retry(&'static str),
+}

@@ -1,0 +1,157 @@
+//! The open events as `serve` sees them: read from Redis (where `open` put them), kept in memory
+//! for a short while so the read-only gates (level, window) cost no round trip, and re-read often
+//! enough that `close` or a newly opened event shows within [`CATALOG_TTL`].
+
+use crate::domain::event::{EventId, LevelName};
+use crate::redis_io::keys::EventKeys;
+use crate::redis_io::link::RedisLink;
+use redis::RedisResult;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::RwLock;
+
+/// How long a cached view of an event is trusted.
+pub const CATALOG_TTL: Duration = Duration::from_millis(250);
+
+/// One opened event: everything the gates need.
+#[derive(Clone, Debug)]
+pub struct EventView {
+    pub id: EventId,
+    pub keys: EventKeys,
+    pub total_seats: i64,
+    pub hold_seconds: i64,
+    pub opens_at_ms: Option<i64>,
+    pub closes_at_ms: Option<i64>,
+    /// `close` ran.
+    pub closed: bool,
+    pub levels: BTreeMap<LevelName, i64>,
+    /// Stamped by each `open`; a new value means the allowlist in Redis was replaced.
+    pub allow_version: Option<String>,
+}
+
+/// Where the sale window stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    NotOpen,
+    Open,
+    Closed,
+}
+
+impl Window {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Window::NotOpen => "not_open",
+            Window::Open => "open",
+            Window::Closed => "closed",
+        }
+    }
+}
+
+impl EventView {
+    pub fn window(&self, now_ms: i64) -> Window {
+        if self.closed || self.closes_at_ms.is_some_and(|c| now_ms >= c) {
+            Window::Closed
+        } else if self.opens_at_ms.is_some_and(|o| now_ms < o) {
+            Window::NotOpen
+        } else {
+            Window::Open
+        }
+    }
+}
+
+/// Cached event views.
+pub struct Catalog {
+    link: Arc<RedisLink>,
+    cache: RwLock<HashMap<EventId, (Option<Arc<EventView>>, Instant)>>,
+}
+
+impl Catalog {
+    pub fn new(link: Arc<RedisLink>) -> Self {
+        Self { link, cache: RwLock::new(HashMap::new()) }
+    }
+
+    /// The event as `open` loaded it, or None if it was never opened.
+    pub async fn get(&self, id: &EventId) -> RedisResult<Option<Arc<EventView>>> {
+        if let Some((view, at)) = self.cache.read().await.get(id) {
+            if at.elapsed() < CATALOG_TTL {
+                return Ok(view.clone());
+            }
+        }
+        let view = self.fetch(id).await?.map(Arc::new);
+        let mut cache = self.cache.write().await;
+        let known = cache.get(id).is_some_and(|(v, _)| v.is_some());
+        if view.is_none() && known {
+            // Nothing removes an opened event from Redis, so a known event gone missing means this
+            // connection reaches a node without the sale's data (a replica still syncing, a
+            // wrongly promoted node): a retry can succeed, a 404 would be a false final answer.
+            tracing::warn!(event = %id, "an opened event is missing from this Redis node; reconnecting");
+            let err = redis::RedisError::from((redis::ErrorKind::Io, "event missing from this Redis node"));
+            self.link.report(&err).await;
+            return Err(err);
+        }
+        cache.insert(id.clone(), (view.clone(), Instant::now()));
+        Ok(view)
+    }
+
+    async fn fetch(&self, id: &EventId) -> RedisResult<Option<EventView>> {
+        let keys = EventKeys::new(id);
+        let mut conn = self.link.shared().await?;
+        let result: RedisResult<(HashMap<String, String>, HashMap<String, i64>)> =
+            redis::pipe().hgetall(&keys.meta).hgetall(&keys.cap).query_async(&mut conn).await;
+        let (meta, caps) = match result {
+            Ok(found) => found,
+            Err(err) => {
+                self.link.report(&err).await;
+                return Err(err);
+            }
+        };
+        Ok(view_from(id, keys, &meta, caps))
+    }
+}
+
+fn view_from(id: &EventId, keys: EventKeys, meta: &HashMap<String, String>, caps: HashMap<String, i64>) -> Option<EventView> {
+    let int = |name: &str| meta.get(name).and_then(|v| v.parse::<i64>().ok());
+    Some(EventView {
+        id: id.clone(),
+        keys,
+        total_seats: int("total_seats")?,
+        hold_seconds: int("hold_seconds")?,
+        opens_at_ms: int("opens_at_ms"),
+        closes_at_ms: int("closes_at_ms"),
+        closed: meta.get("state").is_some_and(|s| s == "closed"),
+        levels: caps.into_iter().filter_map(|(name, cap)| Some((LevelName::parse(&name)?, cap))).collect(),
+        allow_version: meta.get("allow_version").cloned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(opens: Option<i64>, closes: Option<i64>, closed: bool) -> EventView {
+        let id = EventId::parse("e").unwrap();
+        EventView {
+            keys: EventKeys::new(&id),
+            id,
+            total_seats: 1,
+            hold_seconds: 1,
+            opens_at_ms: opens,
+            closes_at_ms: closes,
+            closed,
+            levels: BTreeMap::new(),
+            allow_version: None,
+        }
+    }
+
+    #[test]
+    fn the_window_opens_at_opens_at_and_closes_at_closes_at() {
+        let v = view(Some(100), Some(200), false);
+        assert_eq!(v.window(99), Window::NotOpen);
+        assert_eq!(v.window(100), Window::Open);
+        assert_eq!(v.window(199), Window::Open);
+        assert_eq!(v.window(200), Window::Closed);
+        assert_eq!(view(None, None, false).window(0), Window::Open);
+        assert_eq!(view(None, None, true).window(0), Window::Closed);
+    }
+}

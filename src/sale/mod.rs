@@ -1,0 +1,125 @@
+//! [`Sale`]: everything one `serve` process needs to run sales — the Redis link and scripts, the
+//! committers, the event catalog, the database and the counters. The admit path
+//! (`admission.rs`), the life of a booking after it (`lifecycle.rs`) and the reaper
+//! (`reaper.rs`) are its methods.
+
+pub mod admission;
+pub mod allowlist;
+pub mod booking;
+pub mod catalog;
+pub mod committer;
+pub mod latency;
+pub mod lifecycle;
+pub mod persister;
+pub mod reaper;
+pub mod stats;
+
+use crate::sale::booking::Refusal;
+use crate::sale::allowlist::AllowCache;
+use crate::sale::catalog::{Catalog, EventView};
+use crate::sale::committer::{AckPolicy, Committer};
+use crate::domain::event::EventId;
+use crate::fault_hooks::FaultPlan;
+use crate::sale::persister::{PersistPolicy, Persister};
+use crate::redis_io::link::RedisLink;
+use crate::redis_io::scripts::{self, Scripts};
+use crate::sale::stats::Stats;
+use crate::store::Store;
+use redis::RedisError;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Settings of the request path and the background passes.
+#[derive(Clone, Debug)]
+pub struct SaleSettings {
+    pub ack: AckPolicy,
+    /// Committer connections (each a group-commit pipeline with its own WAIT).
+    pub commit_connections: usize,
+    /// How old a pending admission must be before the reaper releases it.
+    pub persist_timeout: Duration,
+    pub reaper_interval: Duration,
+    /// Most admits pipelined under one WAIT.
+    pub commit_batch_max: usize,
+    /// Batched database writes of the request path.
+    pub persist: PersistPolicy,
+    /// Answer the allowlist gate from an in-memory copy instead of SISMEMBER.
+    pub allowlist_in_memory: bool,
+}
+
+impl Default for SaleSettings {
+    fn default() -> Self {
+        Self {
+            ack: AckPolicy { replicas: 1, timeout: Duration::from_millis(200) },
+            commit_connections: 4,
+            persist_timeout: Duration::from_secs(10),
+            reaper_interval: Duration::from_secs(1),
+            commit_batch_max: crate::sale::committer::BATCH_SIZE_MAX,
+            persist: PersistPolicy::default(),
+            allowlist_in_memory: true,
+        }
+    }
+}
+
+pub struct Sale {
+    pub link: Arc<RedisLink>,
+    pub scripts: Arc<Scripts>,
+    pub committer: Committer,
+    pub catalog: Catalog,
+    pub allowlist: AllowCache,
+    pub store: Store,
+    pub persister: Persister,
+    pub stats: Arc<Stats>,
+    pub crash: FaultPlan,
+    pub settings: SaleSettings,
+}
+
+impl Sale {
+    /// Wires the parts together and starts the committers (inside the current Tokio runtime).
+    pub fn new(link: Arc<RedisLink>, store: Store, settings: SaleSettings, crash: FaultPlan) -> Self {
+        let scripts = Arc::new(Scripts::with_broken_guard(crash.broken_guard));
+        let committer = Committer::start_batched(
+            link.clone(),
+            scripts.clone(),
+            settings.ack,
+            settings.commit_connections,
+            settings.commit_batch_max,
+            crash.clone(),
+        );
+        Self {
+            catalog: Catalog::new(link.clone()),
+            allowlist: AllowCache::new(link.clone()),
+            persister: Persister::start(store.clone(), settings.persist),
+            link,
+            scripts,
+            committer,
+            store,
+            stats: Arc::new(Stats::default()),
+            crash,
+            settings,
+        }
+    }
+
+    /// The opened event, or `UnknownEvent`.
+    pub async fn event(&self, id: &EventId) -> Result<Arc<EventView>, Refusal> {
+        match self.catalog.get(id).await {
+            Ok(Some(view)) => Ok(view),
+            Ok(None) => Err(Refusal::UnknownEvent),
+            Err(e) => Err(self.redis_failed(e)),
+        }
+    }
+
+    /// One script call on the shared connection.
+    pub async fn run_script(&self, script: &scripts::Script, cmd: redis::Cmd) -> Result<redis::Value, RedisError> {
+        let mut conn = self.link.shared().await?;
+        let result = scripts::run(&mut conn, script, &cmd).await;
+        if let Err(e) = &result {
+            self.link.report(e).await;
+        }
+        result
+    }
+
+    pub(crate) fn redis_failed(&self, err: RedisError) -> Refusal {
+        tracing::debug!(error = %err, "redis call failed");
+        Refusal::Retry("redis unavailable")
+    }
+}

@@ -1,0 +1,156 @@
+//! The reaper: releases admissions that never reached the database (a crash after admit, a lost
+//! undo, a phantom left by a failover). It runs inside every `serve`; several at once are safe
+//! because the database row decides (the reaper claims it `released` for the admission, the
+//! request path claims it `held`, one wins) and the Redis scripts are guarded by nonce and
+//! admission id.
+//!
+//! Each pass also expires unpaid holds and retries releases Redis has not yet heard of.
+
+use crate::domain::code::CodeHash;
+use crate::domain::event::{now_ms, EventId};
+use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
+use crate::sale::Sale;
+use crate::domain::admission::Admission;
+use crate::sale::stats::Stats;
+use crate::store::ReapOutcome;
+use redis::RedisResult;
+use std::future::Future;
+
+/// Pending admissions examined per event per pass.
+pub const REAP_BATCH_MAX: isize = 500;
+
+/// What one pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    pub released: usize,
+    pub persisted: usize,
+}
+
+impl Sale {
+    /// Runs passes every `reaper_interval` until `shutdown` resolves.
+    pub async fn run_reaper(&self, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut tick = tokio::time::interval(self.settings.reaper_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = tick.tick() => self.background_pass().await,
+            }
+        }
+    }
+
+    /// One reaper pass over every opened event, then hold expiry and release sync.
+    pub async fn background_pass(&self) {
+        match self.reap_all_once().await {
+            Ok(r) if r.released > 0 => tracing::info!(released = r.released, "reaper released admissions that never reached the database"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "reaper pass failed; next pass retries"),
+        }
+        if let Err(e) = self.expire_holds_once().await {
+            tracing::warn!(error = %e, "hold expiry pass failed; next pass retries");
+        }
+        if let Err(e) = self.sync_releases_once().await {
+            tracing::warn!(error = %e, "release sync pass failed; next pass retries");
+        }
+    }
+
+    /// Reaper passes and release syncs until `event` has nothing pending or `timeout` has
+    /// passed, for the end of a test or a fault run. Returns how many are still pending.
+    pub async fn drain(&self, event: &EventId, timeout: std::time::Duration) -> anyhow::Result<i64> {
+        let deadline = std::time::Instant::now() + timeout;
+        let pause = (self.settings.persist_timeout / 2).max(std::time::Duration::from_millis(10));
+        let pending_key = EventKeys::new(event).pending;
+        loop {
+            // A pass can fail while Redis or the database is still coming back; the next one retries.
+            let _ = self.reap_all_once().await;
+            let _ = self.sync_releases_once().await;
+            // A fresh connection each time: after a failover it finds the current primary.
+            let pending: anyhow::Result<i64> = match self.link.check().await {
+                Ok(mut conn) => redis::cmd("ZCARD").arg(&pending_key).query_async(&mut conn).await.map_err(Into::into),
+                Err(e) => Err(e.into()),
+            };
+            match pending {
+                Ok(0) => return Ok(0),
+                Ok(n) if std::time::Instant::now() > deadline => return Ok(n),
+                Err(e) if std::time::Instant::now() > deadline => return Err(e),
+                _ => tokio::time::sleep(pause).await,
+            }
+        }
+    }
+
+    pub async fn reap_all_once(&self) -> anyhow::Result<ReapReport> {
+        let mut conn = self.link.shared().await?;
+        let events: Vec<String> = match redis::cmd("SMEMBERS").arg(EVENTS_KEY).query_async(&mut conn).await {
+            Ok(events) => events,
+            Err(e) => {
+                self.link.report(&e).await;
+                return Err(e.into());
+            }
+        };
+        let mut report = ReapReport::default();
+        for event in events.iter().filter_map(|e| EventId::parse(e).ok()) {
+            let r = self.reap_once(&event).await?;
+            report.released += r.released;
+            report.persisted += r.persisted;
+        }
+        Ok(report)
+    }
+
+    /// One pass over one event's pending admissions older than `persist_timeout`.
+    pub async fn reap_once(&self, event: &EventId) -> anyhow::Result<ReapReport> {
+        let keys = EventKeys::new(event);
+        let (cutoff_ms, stale) = self.stale_pending(&keys).await?;
+        let mut report = ReapReport::default();
+        for (code, record) in stale {
+            let Some(admission) = record.and_then(|r| Admission::from_record(code, &r)) else { continue };
+            // Judge the record itself: the code may have been released and admitted afresh
+            // since its pending entry was read.
+            if admission.admitted_ms > cutoff_ms {
+                continue;
+            }
+            match self.store.reap(event, &admission, now_ms()).await? {
+                ReapOutcome::Persisted => {
+                    self.run_script(&self.scripts.persisted, self.scripts.persisted_call(&keys, &admission)).await?;
+                    Stats::bump(&self.stats.reaper_persisted);
+                    report.persisted += 1;
+                }
+                ReapOutcome::Released | ReapOutcome::AlreadyReleased | ReapOutcome::OtherHolds => {
+                    let undo = self.scripts.return_call(&self.scripts.undo, &keys, &admission);
+                    if crate::redis_io::scripts::decode_changed(self.run_script(&self.scripts.undo, undo).await?)? {
+                        Stats::bump(&self.stats.reaper_released);
+                        report.released += 1;
+                    }
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Pending entries older than the persist timeout, judged by Redis's clock (the clock that
+    /// stamped them), with their records.
+    async fn stale_pending(&self, keys: &EventKeys) -> RedisResult<(i64, Vec<(CodeHash, Option<String>)>)> {
+        let mut conn = self.link.shared().await?;
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        let cutoff_ms = secs * 1000 + micros / 1000 - self.settings.persist_timeout.as_millis() as i64;
+        let codes: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&keys.pending)
+            .arg("-inf")
+            .arg(cutoff_ms)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(REAP_BATCH_MAX)
+            .query_async(&mut conn)
+            .await?;
+        let codes: Vec<CodeHash> = codes.iter().filter_map(|c| CodeHash::from_hex(c)).collect();
+        if codes.is_empty() {
+            return Ok((cutoff_ms, Vec::new()));
+        }
+        let records: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(&keys.adm)
+            .arg(codes.iter().map(CodeHash::as_str).collect::<Vec<_>>())
+            .query_async(&mut conn)
+            .await?;
+        Ok((cutoff_ms, codes.into_iter().zip(records).collect()))
+    }
+}
