@@ -11,6 +11,8 @@
 -- ARGV[2] nonce
 -- ARGV[3] level
 -- ARGV[4] admission id, fresh for this call (kept only if this call admits)
+-- ARGV[5] optional: "retry-only" when a gate (window, allowlist) refuses the request unless it
+--         is a retry: then only check 1 may answer, and anything else returns -4, writing nothing.
 --
 -- Checks, in this order (DESIGN.md):
 --   1. admitted with this nonce  -> {slot, admitted-ms, admission-id, level} of the original
@@ -18,6 +20,7 @@
 --   3. level at its cap          -> -3
 --   4. no free seat              -> -2
 --   5. admit                     -> {slot, admitted-ms, admission-id, level}
+-- With "retry-only", anything but check 1 -> -4 (the gate's refusal stands).
 -- Error reply "ERR unknown level" when the level has no cap (the HTTP gate refuses it first).
 
 local record = redis.call('HGET', KEYS[1], ARGV[1])
@@ -28,7 +31,13 @@ if record then
     redis.call('HSET', KEYS[1], ARGV[1], record)
     return {tonumber(slot), tonumber(at), admission, level}
   end
+  if ARGV[5] == 'retry-only' then
+    return -4
+  end
   return -1
+end
+if ARGV[5] == 'retry-only' then
+  return -4
 end
 
 local cap = redis.call('HGET', KEYS[3], ARGV[3])

@@ -10,11 +10,17 @@
 -- KEYS[2] {ev:ID}:taken    hash  level -> seats held
 -- KEYS[3] {ev:ID}:free     zset  free seat numbers
 -- KEYS[4] {ev:ID}:pending  zset  code hash -> admitted-ms
+-- KEYS[5] {ev:ID}:syncs    string  releases run, counted on every call
 -- ARGV[1] code hash
 -- ARGV[2] nonce
 -- ARGV[3] admission id
 -- Returns 1 when the seat went back to the pool, 0 when nothing changed.
+--
+-- Every call writes (the INCR), so the WAIT that follows on the same connection covers this
+-- connection's latest write even when an earlier run (whose WAIT fell short) already deleted the
+-- record: a release is only marked synced once a replica has it (DESIGN).
 
+redis.call('INCR', KEYS[5])
 local record = redis.call('HGET', KEYS[1], ARGV[1])
 if not record then
   return 0

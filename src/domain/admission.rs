@@ -4,7 +4,7 @@
 use crate::domain::code::CodeHash;
 use crate::domain::nonce::Nonce;
 
-/// One admission : who, which attempt, which seat.
+/// One admission: who, which attempt, which seat.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Admission {
     pub code: CodeHash,
@@ -14,4 +14,13 @@ pub struct Admission {
     pub slot: i64,
     pub level: String,
     pub admitted_ms: i64,
+}
+
+/// A seat as a candidate holds it: what a `201` (or a `409 already_admitted`) tells them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seat {
+    pub slot: i64,
+    pub level: String,
+    /// When the payment window closes, by the database's clock (the one clock for holds).
+    pub hold_until_ms: i64,
 }

@@ -99,7 +99,7 @@ pub async fn create(State(app): State<AppState>, Path(event): Path<String>, body
                 ApiError::NotOpen => &stats.not_open,
                 ApiError::Closed => &stats.closed,
                 ApiError::NotRegistered => &stats.not_registered,
-                ApiError::AlreadyAdmitted => &stats.already_admitted,
+                ApiError::AlreadyAdmitted(_) => &stats.already_admitted,
                 ApiError::LevelFull => &stats.level_full,
                 ApiError::SoldOut => &stats.sold_out,
                 _ => &stats.retry,

@@ -2,7 +2,8 @@
 //! the body always carries a stable snake_case `status`. 500s are logged, never echoed; 503s carry
 //! `Retry-After`.
 
-use crate::sale::booking::Refusal;
+use crate::domain::event::rfc3339_ms;
+use crate::sale::booking::{Booked, Refusal};
 use crate::sale::lifecycle::LifecycleError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +24,18 @@ pub struct ErrorBody {
     /// What was wrong with the request (400 only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// `already_admitted` only: the seat the code holds, so a person who pressed again sees it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = 7)]
+    pub slot: Option<i64>,
+    /// `already_admitted` only: the level of that seat.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "B1")]
+    pub level: Option<String>,
+    /// `already_admitted` only: when its payment window closes (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "2027-03-01T09:15:00Z")]
+    pub hold_until: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -46,9 +59,9 @@ pub enum ApiError {
     /// 404: unknown (or never opened) event, or no booking for this code.
     #[error("not found")]
     NotFound,
-    /// 409: the code holds a seat already.
+    /// 409: the code holds a seat already (the seat, when known).
     #[error("already admitted")]
-    AlreadyAdmitted,
+    AlreadyAdmitted(Option<Booked>),
     /// 409: the level is at its cap.
     #[error("level full")]
     LevelFull,
@@ -73,7 +86,7 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::NotOpen | ApiError::Closed | ApiError::NotRegistered => StatusCode::FORBIDDEN,
             ApiError::NotFound => StatusCode::NOT_FOUND,
-            ApiError::AlreadyAdmitted | ApiError::LevelFull | ApiError::SoldOut | ApiError::Released => StatusCode::CONFLICT,
+            ApiError::AlreadyAdmitted(_) | ApiError::LevelFull | ApiError::SoldOut | ApiError::Released => StatusCode::CONFLICT,
             ApiError::Retry(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -88,7 +101,7 @@ impl ApiError {
             ApiError::Closed => "closed",
             ApiError::NotRegistered => "not_registered",
             ApiError::NotFound => "not_found",
-            ApiError::AlreadyAdmitted => "already_admitted",
+            ApiError::AlreadyAdmitted(_) => "already_admitted",
             ApiError::LevelFull => "level_full",
             ApiError::SoldOut => "sold_out",
             ApiError::Released => "released",
@@ -108,7 +121,17 @@ impl IntoResponse for ApiError {
             }
             _ => None,
         };
-        let body = ErrorBody { status: self.status(), detail };
+        let seat = match &self {
+            ApiError::AlreadyAdmitted(Some(seat)) => Some(seat),
+            _ => None,
+        };
+        let body = ErrorBody {
+            status: self.status(),
+            detail,
+            slot: seat.map(|s| s.slot),
+            level: seat.map(|s| s.level.clone()),
+            hold_until: seat.map(|s| rfc3339_ms(s.hold_until_ms)),
+        };
         let mut response = (self.status_code(), Json(body)).into_response();
         if let ApiError::Retry(_) = self {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
@@ -128,7 +151,7 @@ impl From<Refusal> for ApiError {
             Refusal::NotOpen => ApiError::NotOpen,
             Refusal::Closed => ApiError::Closed,
             Refusal::NotRegistered => ApiError::NotRegistered,
-            Refusal::AlreadyAdmitted => ApiError::AlreadyAdmitted,
+            Refusal::AlreadyAdmitted(seat) => ApiError::AlreadyAdmitted(seat),
             Refusal::LevelFull => ApiError::LevelFull,
             Refusal::SoldOut => ApiError::SoldOut,
             Refusal::Retry(why) => ApiError::Retry(why),

@@ -174,6 +174,7 @@ pub fn sale_settings(settings: &Settings) -> SaleSettings {
             direct_sqlite: settings.persist_direct_sqlite,
         },
         allowlist_in_memory: settings.allowlist_in_memory,
+        persist_deadline: Duration::from_millis(settings.persist_deadline_ms),
     }
 }
 

@@ -31,6 +31,9 @@ pub struct Settings {
     /// Connections that group-commit admissions (each pipelines a batch, then one WAIT)
     #[arg(long, env = "SEATRUSH_COMMIT_CONNECTIONS", global = true, default_value_t = 4)]
     pub commit_connections: usize,
+    /// How long the request path waits for its database write before answering 503 retry, in milliseconds
+    #[arg(long, env = "SEATRUSH_PERSIST_DEADLINE_MS", global = true, default_value_t = 2_000)]
+    pub persist_deadline_ms: u64,
     /// Most admits one committer pipelines under one WAIT (1 = a WAIT per admit, at most 256)
     #[arg(long, env = "SEATRUSH_COMMIT_BATCH_MAX", global = true, default_value_t = 256)]
     pub commit_batch_max: usize,

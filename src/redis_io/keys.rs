@@ -23,6 +23,8 @@ pub struct EventKeys {
     pub adm: String,
     /// zset: code hash -> admitted-ms, admissions not yet in the database
     pub pending: String,
+    /// counter of release-script runs; each run writes it so its WAIT covers the release
+    pub syncs: String,
 }
 
 impl EventKeys {
@@ -36,6 +38,7 @@ impl EventKeys {
             free: format!("{tag}:free"),
             adm: format!("{tag}:adm"),
             pending: format!("{tag}:pending"),
+            syncs: format!("{tag}:syncs"),
         }
     }
 
@@ -52,7 +55,7 @@ mod tests {
     #[test]
     fn every_key_shares_the_event_hash_tag() {
         let keys = EventKeys::new(&EventId::parse("spring-exam").unwrap());
-        for key in [&keys.meta, &keys.allow, &keys.cap, &keys.taken, &keys.free, &keys.adm, &keys.pending] {
+        for key in [&keys.meta, &keys.allow, &keys.cap, &keys.taken, &keys.free, &keys.adm, &keys.pending, &keys.syncs] {
             assert!(key.starts_with("{ev:spring-exam}:"), "{key}");
         }
         assert!(EventKeys::staged(&keys.allow).starts_with("{ev:spring-exam}:"));

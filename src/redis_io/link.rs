@@ -117,6 +117,12 @@ pub fn needs_reconnect(err: &RedisError) -> bool {
         )
 }
 
+/// True for `NOREPLICAS`: the primary refuses writes because too few replicas are connected
+/// (`min-replicas-to-write`); it may be cut off and about to be replaced.
+pub fn is_no_replicas(err: &RedisError) -> bool {
+    err.code() == Some("NOREPLICAS")
+}
+
 /// Reads one `CONFIG GET` value from the primary.
 pub async fn config_get(conn: &mut MultiplexedConnection, name: &str) -> RedisResult<Option<String>> {
     let pairs: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query_async(conn).await?;

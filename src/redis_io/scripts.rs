@@ -79,10 +79,27 @@ impl Scripts {
         )
     }
 
-    /// The guarded undo (only while pending) or release (any held state) of one admission.
-    pub fn return_call(&self, script: &Script, keys: &EventKeys, admission: &Admission) -> Cmd {
-        script.call(
+    /// The admit call for a request a gate refuses: it answers only a retry of this nonce's
+    /// admission (check 1), and -4 for anything else.
+    pub fn retry_only_call(&self, keys: &EventKeys, code: &CodeHash, nonce: &Nonce, level: &str, admission: &str) -> Cmd {
+        self.admit.call(
+            &[&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending],
+            &[code.as_str(), nonce.as_str(), level, admission, "retry-only"],
+        )
+    }
+
+    /// The guarded undo of one admission (only while it is pending).
+    pub fn undo_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
+        self.undo.call(
             &[&keys.adm, &keys.taken, &keys.free, &keys.pending],
+            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id],
+        )
+    }
+
+    /// The guarded release of one admission (any state that holds a seat).
+    pub fn release_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
+        self.release.call(
+            &[&keys.adm, &keys.taken, &keys.free, &keys.pending, &keys.syncs],
             &[admission.code.as_str(), admission.nonce.as_str(), &admission.id],
         )
     }
@@ -150,6 +167,8 @@ pub enum AdmitReply {
     LevelFull,
     /// -2: no free seat left.
     SoldOut,
+    /// -4: a "retry-only" call that was not a retry of this nonce's admission.
+    NotARetry,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -165,6 +184,7 @@ impl AdmitReply {
             Value::Int(-1) => Ok(Self::AlreadyAdmitted),
             Value::Int(-3) => Ok(Self::LevelFull),
             Value::Int(-2) => Ok(Self::SoldOut),
+            Value::Int(-4) => Ok(Self::NotARetry),
             Value::Array(ref items) if items.len() == 4 => {
                 let admitted = (|| {
                     let slot = int(&items[0])?;
@@ -227,7 +247,7 @@ mod tests {
 
     #[test]
     fn unknown_replies_are_errors_not_guesses() {
-        assert!(AdmitReply::decode(Value::Int(-4)).is_err());
+        assert!(AdmitReply::decode(Value::Int(-5)).is_err());
         assert!(AdmitReply::decode(Value::Int(0)).is_err());
         assert!(AdmitReply::decode(Value::Nil).is_err());
         assert!(AdmitReply::decode(Value::Array(vec![Value::Int(0), Value::Int(1), Value::Nil, Value::Nil])).is_err());

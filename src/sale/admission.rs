@@ -1,21 +1,24 @@
 //! The admit path, after the HTTP edge has parsed the body: the gates that need the event
 //! (level, window, allowlist), the admit script with its replica acknowledgement (through the
-//! [`Committer`]), then the database write, the mark-persisted script, and the answer.
+//! [`Committer`](crate::sale::committer::Committer)), then the database write, the
+//! mark-persisted script, and the answer.
 //!
-//! Order (DESIGN.md): event -> level -> window -> allowlist -> admit -> WAIT (undo if short) ->
-//! persist -> mark persisted -> 201. Any Redis error is `Retry`.
+//! Order (DESIGN.md): event -> level -> window -> allowlist -> admit -> WAIT -> persist -> mark
+//! persisted -> 201. A gate's refusal yields to a retry of this nonce's admission. Every undo on
+//! this path goes through [`Sale::settle`], so none returns a seat whose database write may still
+//! land. Any Redis error is `Retry`.
 
-use crate::sale::catalog::{EventView, Window};
-use crate::sale::booking::{Booked, BookingRequest, Refusal};
-use crate::sale::Sale;
+use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
-use crate::sale::committer::{AdmitCall, Committed};
 use crate::domain::event::{now_ms, LevelName};
 use crate::fault_hooks::CrashPoint;
-use crate::domain::admission::Admission;
-use crate::redis_io::scripts::AdmitReply;
+use crate::redis_io::scripts::decode_changed;
+use crate::sale::booking::{Booked, BookingRequest, Refusal};
+use crate::sale::catalog::{EventView, Window};
+use crate::sale::committer::{AdmitCall, CommitError, Committed, ScriptRefusal};
 use crate::sale::stats::Stats;
-use crate::store::{HoldItem, HoldOutcome};
+use crate::sale::Sale;
+use crate::store::{HoldItem, HoldOutcome, StoreError};
 use redis::RedisError;
 
 impl Sale {
@@ -25,46 +28,51 @@ impl Sale {
         if LevelName::parse(&req.level).is_none_or(|l| !view.levels.contains_key(&l)) {
             return Err(Refusal::UnknownLevel(req.level.clone()));
         }
-        match view.window(now_ms()) {
-            Window::NotOpen => return Err(Refusal::NotOpen),
-            Window::Closed => return Err(Refusal::Closed),
-            Window::Open => {}
+        // A retry is recognised before a gate refuses it: its 201 may have been lost just before
+        // `close` or an allowlist change. Only this nonce's admission may answer it then.
+        let gate = self.gate(&view, &req.code).await?;
+        if let Some(refusal) = &gate {
+            if !self.admitted_with_nonce(&view, req).await? {
+                return Err(refusal.clone());
+            }
         }
-        self.check_allowlist(&view, &req.code).await?;
-
         let call = AdmitCall {
             keys: view.keys.clone(),
             code: req.code.clone(),
             nonce: req.nonce.clone(),
             level: req.level.clone(),
             admission_id: uuid::Uuid::new_v4().simple().to_string(),
+            retry_only: gate.is_some(),
         };
-        let committed = self.committer.admit(&self.scripts, call).await.map_err(|e| self.redis_failed(e))?;
-        let (slot, admitted_ms, admission_id, level) = match committed {
-            Committed::Acked(AdmitReply::Admitted { slot, admitted_ms, admission, level }) => (slot, admitted_ms, admission, level),
-            Committed::Undone => {
+        let admission = match self.committer.admit(&self.scripts, call).await {
+            Ok(Committed::Acked(admission)) => admission,
+            Ok(Committed::Short(admission)) => {
                 Stats::bump(&self.stats.undone_short_ack);
+                self.settle_or_leave(&view, &admission, false).await;
                 return Err(Refusal::Retry("replica acknowledgement fell short"));
             }
-            Committed::Refused(AdmitReply::AlreadyAdmitted) => return Err(Refusal::AlreadyAdmitted),
-            Committed::Refused(AdmitReply::LevelFull) => return Err(Refusal::LevelFull),
-            Committed::Refused(AdmitReply::SoldOut) => return Err(Refusal::SoldOut),
-            Committed::Acked(other) | Committed::Refused(other) => {
-                unreachable!("committer classified {other:?} wrongly")
-            }
+            Ok(Committed::Refused(refused)) => return Err(self.script_refusal(&view, &req.code, refused, gate).await),
+            Err(CommitError::Busy) => return Err(Refusal::Retry("too many bookings in flight")),
+            Err(CommitError::Redis(e)) => return Err(self.redis_failed(e)),
         };
         self.crash.maybe(CrashPoint::AfterWait);
-        let admission = Admission { code: req.code.clone(), nonce: req.nonce.clone(), id: admission_id, slot, level, admitted_ms };
-        let hold_until_ms = admitted_ms + view.hold_seconds * 1000;
-        self.persist(&view, &admission, hold_until_ms).await?;
-        Ok(Booked { slot, level: admission.level, hold_until_ms })
+        self.persist(&view, admission).await
     }
 
-    async fn check_allowlist(&self, view: &EventView, code: &CodeHash) -> Result<(), Refusal> {
+    /// The window and allowlist gates: the refusal they would give, if any.
+    async fn gate(&self, view: &EventView, code: &CodeHash) -> Result<Option<Refusal>, Refusal> {
+        match view.window(now_ms()) {
+            Window::NotOpen => return Ok(Some(Refusal::NotOpen)),
+            Window::Closed => return Ok(Some(Refusal::Closed)),
+            Window::Open => {}
+        }
+        Ok((!self.allowed(view, code).await?).then_some(Refusal::NotRegistered))
+    }
+
+    async fn allowed(&self, view: &EventView, code: &CodeHash) -> Result<bool, Refusal> {
         if self.settings.allowlist_in_memory {
             match self.allowlist.contains(view, code).await {
-                Ok(Some(true)) => return Ok(()),
-                Ok(Some(false)) => return Err(Refusal::NotRegistered),
+                Ok(Some(allowed)) => return Ok(allowed),
                 Ok(None) => {}
                 Err(e) => return Err(self.redis_failed(e)),
             }
@@ -73,8 +81,7 @@ impl Sale {
         let allowed: Result<bool, RedisError> =
             redis::cmd("SISMEMBER").arg(&view.keys.allow).arg(code.as_str()).query_async(&mut conn).await;
         match allowed {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(Refusal::NotRegistered),
+            Ok(allowed) => Ok(allowed),
             Err(e) => {
                 self.link.report(&e).await;
                 Err(self.redis_failed(e))
@@ -82,38 +89,112 @@ impl Sale {
         }
     }
 
-    /// The database write, then the pending entry dropped. A refusal by the database is undone
-    /// in Redis and answered as Redis would have answered.
-    async fn persist(&self, view: &EventView, admission: &Admission, hold_until_ms: i64) -> Result<(), Refusal> {
-        let item = HoldItem { event: view.id.clone(), admission: admission.clone(), hold_until_ms, now_ms: now_ms() };
-        let outcome = self.persister.hold(item).await;
-        let refusal = match outcome {
-            Ok(HoldOutcome::Held | HoldOutcome::AlreadyHeld) => {
-                self.crash.maybe(CrashPoint::AfterPersist);
-                // If this fails the reaper finds the row persisted and drops the entry itself.
-                let _ = self.run_script(&self.scripts.persisted, self.scripts.persisted_call(&view.keys, admission)).await;
-                return Ok(());
+    /// True when the code's admission record carries this request's nonce (a read: it works
+    /// under OOM too, so a refused guess never turns into a 503 there).
+    async fn admitted_with_nonce(&self, view: &EventView, req: &BookingRequest) -> Result<bool, Refusal> {
+        let mut conn = self.link.shared().await.map_err(|e| self.redis_failed(e))?;
+        let record: Result<Option<String>, RedisError> =
+            redis::cmd("HGET").arg(&view.keys.adm).arg(req.code.as_str()).query_async(&mut conn).await;
+        match record {
+            Ok(record) => Ok(record
+                .and_then(|r| Admission::from_record(req.code.clone(), &r))
+                .is_some_and(|a| a.nonce == req.nonce)),
+            Err(e) => {
+                self.link.report(&e).await;
+                Err(self.redis_failed(e))
             }
-            Ok(HoldOutcome::ReaperWon) => return Err(Refusal::Retry("admission expired before it was saved")),
-            Err(err) => {
+        }
+    }
+
+    async fn script_refusal(&self, view: &EventView, code: &CodeHash, refused: ScriptRefusal, gate: Option<Refusal>) -> Refusal {
+        match refused {
+            ScriptRefusal::AlreadyAdmitted => Refusal::AlreadyAdmitted(self.current_seat(view, code).await),
+            ScriptRefusal::LevelFull => Refusal::LevelFull,
+            ScriptRefusal::SoldOut => Refusal::SoldOut,
+            // The record changed between the read and the script: the gate's refusal stands.
+            ScriptRefusal::NotARetry => gate.unwrap_or(Refusal::Retry("admission changed while it was checked")),
+        }
+    }
+
+    /// The seat the database says this code holds, for a `409 already_admitted` (the code is
+    /// the candidate's credential: a person who pressed again sees their seat).
+    async fn current_seat(&self, view: &EventView, code: &CodeHash) -> Option<Booked> {
+        match self.store.booking(&view.id, code).await {
+            Ok(Some(row)) if row.holds_seat() => Some(row.seat()),
+            _ => None,
+        }
+    }
+
+    /// The database write, then the pending entry dropped. A refusal by the database is settled
+    /// in Redis and answered as Redis would have answered.
+    async fn persist(&self, view: &EventView, admission: Admission) -> Result<Booked, Refusal> {
+        let item = HoldItem { event: view.id.clone(), admission: admission.clone(), hold_ms: view.hold_seconds * 1000 };
+        let written = tokio::time::timeout(self.settings.persist_deadline, self.persister.hold(item)).await;
+        let outcome = match written {
+            Ok(Ok(outcome)) => outcome,
+            // The admission stays pending: the write may still land (then a retry finds it) or
+            // the reaper settles it.
+            Err(_) => return Err(Refusal::Retry("database write past its deadline")),
+            Ok(Err(StoreError::Busy)) => return Err(Refusal::Retry("too many database writes in flight")),
+            Ok(Err(err)) => {
                 tracing::warn!(event = %view.id, error = %err, "database write failed; the admission stays pending");
                 return Err(Refusal::Retry("database unavailable"));
             }
-            Ok(HoldOutcome::CodeHasSeat) => Refusal::AlreadyAdmitted,
-            Ok(HoldOutcome::LevelFull) => Refusal::LevelFull,
-            Ok(HoldOutcome::SoldOut) => Refusal::SoldOut,
-            Ok(HoldOutcome::SeatTaken) => {
+        };
+        let refusal = match outcome {
+            HoldOutcome::Held(seat) | HoldOutcome::AlreadyHeld(seat) => {
+                self.crash.maybe(CrashPoint::AfterPersist);
+                // If this fails the reaper finds the row persisted and drops the entry itself.
+                let _ = self.run_script(&self.scripts.persisted, self.scripts.persisted_call(&view.keys, &admission)).await;
+                return self.unexpired(seat).await;
+            }
+            HoldOutcome::SameNonceHolds(seat) => {
+                // A retry whose first admission Redis lost: the row is the answer; this newer
+                // admission is one too many.
+                self.settle_or_leave(view, &admission, false).await;
+                return self.unexpired(seat).await;
+            }
+            HoldOutcome::ReaperWon => {
+                // The row says released for this very admission: nothing can write it any more.
+                let undo = self.scripts.undo_call(&view.keys, &admission);
+                let _ = self.run_script(&self.scripts.undo, undo).await;
+                return Err(Refusal::Retry("admission expired before it was saved"));
+            }
+            HoldOutcome::CodeHasSeat(seat) => Refusal::AlreadyAdmitted(Some(seat)),
+            HoldOutcome::LevelFull => Refusal::LevelFull,
+            HoldOutcome::SoldOut => Refusal::SoldOut,
+            HoldOutcome::SeatTaken => {
                 tracing::warn!(event = %view.id, slot = admission.slot, "database holds this seat already; Redis drifted, run reconcile");
                 Refusal::Retry("seat pool out of step with the database")
             }
         };
         Stats::bump(&self.stats.undone_refused);
-        let undo = match refusal {
-            // Handing that seat out again would only meet the same refusal.
-            Refusal::Retry(_) => self.scripts.undo_seat_held_call(&view.keys, admission),
-            _ => self.scripts.return_call(&self.scripts.undo, &view.keys, admission),
-        };
-        self.run_script(&self.scripts.undo, undo).await.map_err(|e| self.redis_failed(e))?;
+        // Handing a seat the database says is held out again would only meet the same refusal.
+        let seat_held = matches!(refusal, Refusal::Retry(_));
+        self.settle_or_leave(view, &admission, seat_held).await;
         Err(refusal)
     }
+
+    /// The seat, unless its payment window has already run out by the database's clock (a retry
+    /// after a long outage): a candidate never gets a `201` whose hold is over.
+    async fn unexpired(&self, seat: Booked) -> Result<Booked, Refusal> {
+        match self.store.clock_ms().await {
+            Ok(now) if seat.hold_until_ms > now => Ok(seat),
+            Ok(_) => Err(Refusal::Retry("the hold ran out before the answer")),
+            Err(_) => Err(Refusal::Retry("database unavailable")),
+        }
+    }
+
+    /// Settles an admission that gets no seat from this request; if the database or Redis is
+    /// down it stays pending and the reaper settles it.
+    async fn settle_or_leave(&self, view: &EventView, admission: &Admission, seat_held: bool) {
+        if let Err(e) = self.settle(&view.id, &view.keys, admission, seat_held).await {
+            tracing::debug!(event = %view.id, error = %e, "admission left pending for the reaper");
+        }
+    }
+}
+
+/// The guarded undo's answer, for callers that count.
+pub(crate) fn changed(reply: Result<redis::Value, RedisError>) -> anyhow::Result<bool> {
+    Ok(decode_changed(reply?)?)
 }

@@ -14,15 +14,10 @@ pub struct BookingRequest {
 }
 
 /// A seat held for the candidate.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Booked {
-    pub slot: i64,
-    pub level: String,
-    pub hold_until_ms: i64,
-}
+pub use crate::domain::admission::Seat as Booked;
 
 /// Every answer but a seat, each with its HTTP meaning in the edge's error type.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum Refusal {
     #[error("unknown event")]
     UnknownEvent,
@@ -34,8 +29,9 @@ pub enum Refusal {
     Closed,
     #[error("this code is not registered for the event")]
     NotRegistered,
+    /// The code holds a seat under another nonce: which one, when the database could say.
     #[error("this code already holds a seat")]
-    AlreadyAdmitted,
+    AlreadyAdmitted(Option<Booked>),
     #[error("the level is full")]
     LevelFull,
     #[error("the event is sold out")]

@@ -1,8 +1,12 @@
 //! Group commit for the replica acknowledgement. A booking counts only once a replica has it,
 //! and `WAIT` covers only the writes made on its own connection, so each committer owns one
 //! connection: it takes every admit queued since its last round, pipelines them, then sends one
-//! `WAIT` that covers the whole batch. If fewer replicas acknowledge, it undoes every admission of
-//! the batch (guarded by nonce and admission id) and each caller answers `503 retry`.
+//! `WAIT` that covers the whole batch.
+//!
+//! A committer undoes nothing. An admission whose acknowledgement fell short goes back to its
+//! caller as [`Committed::Short`], and the caller settles it through the database arbiter: the
+//! same admission may be a retry's, acknowledged by another round and being written to the
+//! database right now, and an undo must never return a seat whose database write may still land.
 //!
 //! No request waits behind another's `WAIT` on a shared connection: while one committer waits,
 //! the next one gathers the next batch on a connection of its own.
@@ -11,7 +15,7 @@ use crate::domain::code::CodeHash;
 use crate::fault_hooks::{BrokenGuard, CrashPoint, FaultPlan};
 use crate::redis_io::keys::EventKeys;
 use crate::domain::nonce::Nonce;
-use crate::redis_io::link::{needs_reconnect, RedisLink};
+use crate::redis_io::link::{is_no_replicas, needs_reconnect, RedisLink};
 use crate::domain::admission::Admission;
 use crate::redis_io::scripts::{is_noscript, AdmitReply, Scripts};
 use redis::aio::MultiplexedConnection;
@@ -38,15 +42,38 @@ pub struct AckPolicy {
 /// What one admit became after the round it rode in.
 #[derive(Debug)]
 pub enum Committed {
-    /// Admitted and acknowledged by enough replicas (or a retry of such an admission).
-    Acked(AdmitReply),
-    /// Admitted, but the acknowledgement fell short and the admission was undone.
-    Undone,
-    /// Refused by the script (-1, -2, -3): nothing was written.
-    Refused(AdmitReply),
+    /// Admitted (or the original admission of a same-nonce retry) and held by enough replicas.
+    Acked(Admission),
+    /// Admitted, but fewer replicas acknowledged than asked: still pending in Redis, for the
+    /// caller to settle.
+    Short(Admission),
+    /// The script refused and wrote nothing.
+    Refused(ScriptRefusal),
 }
 
-pub type CommitResult = Result<Committed, RedisError>;
+/// The admit script's refusals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScriptRefusal {
+    /// -1: the code holds a seat under another nonce.
+    AlreadyAdmitted,
+    /// -3
+    LevelFull,
+    /// -2
+    SoldOut,
+    /// -4: a retry-only call that was no retry; the gate's refusal stands.
+    NotARetry,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// Every committer is busy and the queue is full: answer at once instead of parking.
+    #[error("the committers' queue is full")]
+    Busy,
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+}
+
+pub type CommitResult = Result<Committed, CommitError>;
 
 /// One admit call, in the words the script takes.
 #[derive(Clone, Debug)]
@@ -57,12 +84,14 @@ pub struct AdmitCall {
     pub level: String,
     /// Fresh for this call; kept by Redis only if the call admits.
     pub admission_id: String,
+    /// A gate refuses this request unless it is a retry of this nonce's admission.
+    pub retry_only: bool,
 }
 
 struct Job {
     call: AdmitCall,
     admit: Cmd,
-    reply: oneshot::Sender<CommitResult>,
+    reply: oneshot::Sender<Result<Committed, RedisError>>,
 }
 
 /// Hands admits to the committers.
@@ -96,13 +125,22 @@ impl Committer {
         Self { queue }
     }
 
-    /// Runs one admit call and waits for the round that covers it.
+    /// Runs one admit call and waits for the round that covers it. A full queue is an immediate
+    /// [`CommitError::Busy`], never a wait.
     pub async fn admit(&self, scripts: &Scripts, call: AdmitCall) -> CommitResult {
         let (reply, answer) = oneshot::channel();
-        let lost = || RedisError::from((redis::ErrorKind::Io, "committer stopped"));
-        let admit = scripts.admit_call(&call.keys, &call.code, &call.nonce, &call.level, &call.admission_id);
-        self.queue.send(Job { call, admit, reply }).await.map_err(|_| lost())?;
-        answer.await.map_err(|_| lost())?
+        let lost = || CommitError::Redis(RedisError::from((redis::ErrorKind::Io, "committer stopped")));
+        let admit = if call.retry_only {
+            scripts.retry_only_call(&call.keys, &call.code, &call.nonce, &call.level, &call.admission_id)
+        } else {
+            scripts.admit_call(&call.keys, &call.code, &call.nonce, &call.level, &call.admission_id)
+        };
+        match self.queue.try_send(Job { call, admit, reply }) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => return Err(CommitError::Busy),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(lost()),
+        }
+        Ok(answer.await.map_err(|_| lost())??)
     }
 }
 
@@ -123,15 +161,14 @@ impl Worker {
             if received == 0 {
                 return;
             }
-            let results = match self.round(&batch).await {
-                Ok(results) => results,
-                Err(err) => {
-                    if needs_reconnect(&err) {
-                        self.conn = None;
-                    }
-                    batch.iter().map(|_| Err(err.clone())).collect()
-                }
-            };
+            // A caller that has gone away gets no admission: nothing is written yet, so nothing
+            // needs undoing, and its seat stays free for someone who is still there.
+            batch.retain(|job| !job.reply.is_closed());
+            if batch.is_empty() {
+                continue;
+            }
+            let results = self.round(&batch).await;
+            assert_eq!(results.len(), batch.len(), "one result per admit of the round");
             for (job, result) in batch.drain(..).zip(results) {
                 let _ = job.reply.send(result);
             }
@@ -146,26 +183,72 @@ impl Worker {
         Ok(self.conn.as_mut().expect("connected above"))
     }
 
-    /// One round: the admits, then one WAIT, then (if short) the undos.
-    async fn round(&mut self, batch: &[Job]) -> Result<Vec<CommitResult>, RedisError> {
-        let mut replies = self.admit_all(batch).await?;
+    /// One round: the admits, then one WAIT. A refusal is answered whatever happens to the
+    /// WAIT: it wrote nothing.
+    async fn round(&mut self, batch: &[Job]) -> Vec<Result<Committed, RedisError>> {
+        let replies = match self.admit_all(batch).await {
+            Ok(replies) => replies,
+            Err(err) => return self.failed(batch.len(), err),
+        };
+        assert_eq!(replies.len(), batch.len(), "one reply per admit in the pipeline");
+        // A demoted or cut-off primary answers each script on its own (READONLY, NOREPLICAS,
+        // MASTERDOWN): drop the connection so the next round finds the current primary.
+        if replies.iter().any(|r| matches!(r, Err(e) if needs_reconnect(e) || is_no_replicas(e))) {
+            self.conn = None;
+        }
         self.crash.maybe(CrashPoint::AfterAdmit);
+        let admitted = replies.iter().any(|r| matches!(r, Ok(AdmitReply::Admitted { .. })));
+        let acked = if admitted { self.wait().await } else { Ok(true) };
+        if let Ok(false) = acked {
+            tracing::warn!(wanted = self.policy.replicas, batch = batch.len(), "replica acknowledgement fell short; the callers settle their admissions");
+        }
+        batch
+            .iter()
+            .zip(replies)
+            .map(|(job, reply)| match (reply?, &acked) {
+                (AdmitReply::Admitted { slot, admitted_ms, admission, level }, acked) => {
+                    let admission = Admission { code: job.call.code.clone(), nonce: job.call.nonce.clone(), id: admission, slot, level, admitted_ms };
+                    match acked {
+                        Ok(true) => Ok(Committed::Acked(admission)),
+                        Ok(false) => Ok(Committed::Short(admission)),
+                        Err(e) => Err(e.clone()),
+                    }
+                }
+                (AdmitReply::AlreadyAdmitted, _) => Ok(Committed::Refused(ScriptRefusal::AlreadyAdmitted)),
+                (AdmitReply::LevelFull, _) => Ok(Committed::Refused(ScriptRefusal::LevelFull)),
+                (AdmitReply::SoldOut, _) => Ok(Committed::Refused(ScriptRefusal::SoldOut)),
+                (AdmitReply::NotARetry, _) => Ok(Committed::Refused(ScriptRefusal::NotARetry)),
+            })
+            .collect()
+    }
+
+    /// The round's WAIT: true when enough replicas hold every write of this connection.
+    async fn wait(&mut self) -> Result<bool, RedisError> {
         let skip_wait = self.crash.broken_guard == Some(BrokenGuard::SkipWait);
-        if self.policy.replicas > 0 && !skip_wait && replies.iter().any(|r| matches!(r, Ok(AdmitReply::Admitted { .. }))) {
-            let policy = self.policy;
-            let conn = self.connection().await?;
-            let acked: i64 = redis::cmd("WAIT")
-                .arg(policy.replicas)
-                .arg(policy.timeout.as_millis() as u64)
-                .query_async(conn)
-                .await?;
-            if acked < i64::from(policy.replicas) {
-                tracing::warn!(acked, wanted = policy.replicas, batch = batch.len(), "replica acknowledgement fell short; undoing the batch");
-                self.undo_all(batch, &replies).await?;
-                return Ok(replies.drain(..).map(|r| r.map(|reply| classify(reply, false))).collect());
+        if self.policy.replicas == 0 || skip_wait {
+            return Ok(true);
+        }
+        let policy = self.policy;
+        let acked: Result<i64, RedisError> = match self.connection().await {
+            Ok(conn) => redis::cmd("WAIT").arg(policy.replicas).arg(policy.timeout.as_millis() as u64).query_async(conn).await,
+            Err(e) => Err(e),
+        };
+        match acked {
+            Ok(n) => Ok(n >= i64::from(policy.replicas)),
+            Err(e) => {
+                if needs_reconnect(&e) {
+                    self.conn = None;
+                }
+                Err(e)
             }
         }
-        Ok(replies.drain(..).map(|r| r.map(|reply| classify(reply, true))).collect())
+    }
+
+    fn failed(&mut self, jobs: usize, err: RedisError) -> Vec<Result<Committed, RedisError>> {
+        if needs_reconnect(&err) {
+            self.conn = None;
+        }
+        (0..jobs).map(|_| Err(err.clone())).collect()
     }
 
     /// Pipelines the admits; script-cache misses are loaded and those calls run again once.
@@ -184,32 +267,6 @@ impl Worker {
         Ok(replies)
     }
 
-    async fn undo_all(&mut self, batch: &[Job], replies: &[Result<AdmitReply, RedisError>]) -> Result<(), RedisError> {
-        let mut undos = Vec::new();
-        for (job, reply) in batch.iter().zip(replies) {
-            // A retry's reply names the original admission; undo that one.
-            if let Ok(AdmitReply::Admitted { slot, admitted_ms, admission, level }) = reply {
-                let admitted = Admission {
-                    code: job.call.code.clone(),
-                    nonce: job.call.nonce.clone(),
-                    id: admission.clone(),
-                    slot: *slot,
-                    level: level.clone(),
-                    admitted_ms: *admitted_ms,
-                };
-                undos.push(self.scripts.return_call(&self.scripts.undo, &job.call.keys, &admitted));
-            }
-        }
-        let load = self.scripts.undo.load_cmd();
-        load.query_async::<String>(self.connection().await?).await?;
-        for value in self.pipeline(undos.iter()).await? {
-            if let Value::ServerError(e) = value {
-                return Err(e.into());
-            }
-        }
-        Ok(())
-    }
-
     async fn pipeline<'a>(&mut self, cmds: impl Iterator<Item = &'a Cmd>) -> Result<Vec<Value>, RedisError> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -226,12 +283,3 @@ fn decode_admit(value: Value) -> Result<AdmitReply, RedisError> {
     }
     AdmitReply::decode(value).map_err(|e| RedisError::from((redis::ErrorKind::Parse, "admit reply", e.to_string())))
 }
-
-fn classify(reply: AdmitReply, acked: bool) -> Committed {
-    match reply {
-        AdmitReply::Admitted { .. } if acked => Committed::Acked(reply),
-        AdmitReply::Admitted { .. } => Committed::Undone,
-        refused => Committed::Refused(refused),
-    }
-}
-

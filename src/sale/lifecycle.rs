@@ -1,17 +1,22 @@
 //! After admission: payment, cancellation and the release of holds that ran out. The database
-//! row changes first; then the guarded release script returns the seat in Redis. A release the
-//! database has and Redis has not yet heard of stays marked (`redis_synced = 0`) and is retried
-//! by the background pass until Redis has it.
+//! row changes first, in one conditional statement that names the admission it releases; then the
+//! guarded release script returns the seat in Redis, followed by `WAIT` on the same connection. A
+//! release stays marked not yet synced (`redis_synced = 0`) until a replica has acknowledged it,
+//! and the background pass runs it again until one has (DESIGN "A release is done only once a
+//! replica has it"): a failover that loses a release cannot leave a seat counted with nobody
+//! holding it.
 
-use crate::domain::code::CodeHash;
-use crate::domain::event::{now_ms, EventId};
-use crate::redis_io::keys::EventKeys;
-use crate::domain::nonce::Nonce;
-use crate::sale::Sale;
 use crate::domain::admission::Admission;
-use crate::redis_io::scripts::decode_changed;
+use crate::domain::code::CodeHash;
+use crate::domain::event::EventId;
+use crate::domain::nonce::Nonce;
+use crate::redis_io::keys::EventKeys;
+use crate::redis_io::scripts::{self, decode_changed};
 use crate::sale::stats::Stats;
-use crate::store::{BookingRow, PayOutcome, StoreError};
+use crate::sale::Sale;
+use crate::store::{BookingRow, PayOutcome, Release, StoreError};
+use redis::aio::MultiplexedConnection;
+use redis::RedisError;
 
 /// Rows handled per background pass, so one pass stays short.
 pub const PASS_BATCH_MAX: i64 = 500;
@@ -29,7 +34,7 @@ pub enum LifecycleError {
 impl Sale {
     /// Marks a held booking paid. Paying twice is fine; paying after release is refused.
     pub async fn pay(&self, event: &EventId, code: &CodeHash) -> Result<BookingRow, LifecycleError> {
-        match self.store.pay(event, code, now_ms()).await? {
+        match self.store.pay(event, code).await? {
             PayOutcome::Paid => Stats::bump(&self.stats.paid),
             PayOutcome::AlreadyPaid => {}
             PayOutcome::Released => return Err(LifecycleError::Released),
@@ -38,66 +43,117 @@ impl Sale {
         self.store.booking(event, code).await?.ok_or(LifecycleError::NotFound)
     }
 
-    /// Releases a held or paid booking now.
+    /// Releases a held or paid booking now. A payment racing it does not matter: the release
+    /// takes the booking whichever state it is in by then.
     pub async fn cancel(&self, event: &EventId, code: &CodeHash) -> Result<BookingRow, LifecycleError> {
-        match self.store.release(event, code, &["held", "paid"], now_ms()).await? {
+        let row = self.store.booking(event, code).await?.ok_or(LifecycleError::NotFound)?;
+        match self.store.release(event, code, &row.admission_id, Release::Cancel).await? {
             Some(row) => {
                 Stats::bump(&self.stats.cancelled);
-                self.release_in_redis(event, &row).await;
+                self.release_in_redis(&[(event.clone(), row.clone())]).await;
                 Ok(row)
             }
-            None => match self.store.booking(event, code).await? {
-                Some(_) => Err(LifecycleError::Released),
-                None => Err(LifecycleError::NotFound),
-            },
+            None => Err(LifecycleError::Released),
         }
     }
 
-    /// Releases unpaid holds whose `hold_until` has passed. Returns how many.
+    /// Releases unpaid holds whose `hold_until` has passed by the database's clock. Each release
+    /// re-checks, in its own statement, that the listed admission still holds the row unpaid and
+    /// past its hold, so a list read before a re-booking or a payment releases nothing wrong.
+    /// Returns how many.
     pub async fn expire_holds_once(&self) -> Result<usize, StoreError> {
-        let mut released = 0;
-        for (event, row) in self.store.expired_holds(now_ms(), PASS_BATCH_MAX).await? {
-            if let Some(row) = self.store.release(&event, &row.code, &["held"], now_ms()).await? {
+        let mut released = Vec::new();
+        for (event, row) in self.store.expired_holds(PASS_BATCH_MAX).await? {
+            if let Some(row) = self.store.release(&event, &row.code, &row.admission_id, Release::Expired).await? {
                 Stats::bump(&self.stats.holds_expired);
-                self.release_in_redis(&event, &row).await;
-                released += 1;
+                released.push((event, row));
             }
         }
-        Ok(released)
+        self.release_in_redis(&released).await;
+        Ok(released.len())
     }
 
-    /// Retries the Redis side of releases that the database has and Redis may not.
+    /// Runs again the Redis side of releases that no replica has acknowledged yet.
     pub async fn sync_releases_once(&self) -> Result<usize, StoreError> {
         let rows = self.store.unsynced_releases(PASS_BATCH_MAX).await?;
-        let n = rows.len();
-        for (event, row) in rows {
-            self.release_in_redis(&event, &row).await;
-        }
-        Ok(n)
+        Ok(self.release_in_redis(&rows).await)
     }
 
-    /// The guarded release script for a row the database has released; marks the row synced
-    /// once Redis answered (whether or not it still held the seat).
-    async fn release_in_redis(&self, event: &EventId, row: &BookingRow) {
-        let Some(nonce) = Nonce::parse(&row.nonce) else { return };
-        let admission = Admission {
-            code: row.code.clone(),
-            nonce,
-            id: row.admission_id.clone(),
-            slot: row.slot,
-            level: row.level.clone(),
-            admitted_ms: row.admitted_ms,
-        };
-        let keys = EventKeys::new(event);
-        let released = self.run_script(&self.scripts.release, self.scripts.return_call(&self.scripts.release, &keys, &admission)).await;
-        match released.map(decode_changed) {
-            Ok(Ok(_)) => {
-                if let Err(e) = self.store.mark_release_synced(event, row).await {
-                    tracing::warn!(%event, error = %e, "release reached Redis but not marked; it will be retried");
-                }
-            }
-            Ok(Err(e)) => tracing::error!(%event, error = %e, "release script answered unexpectedly"),
-            Err(e) => tracing::warn!(%event, error = %e, "release not yet in Redis; will retry"),
+    /// The guarded release script for rows the database has released, then one `WAIT` on the
+    /// same connection; the rows are marked synced only once a replica has acknowledged.
+    /// Returns how many were marked.
+    async fn release_in_redis(&self, rows: &[(EventId, BookingRow)]) -> usize {
+        if rows.is_empty() {
+            return 0;
         }
+        let mut conn = self.release_conn.lock().await;
+        let done = match self.release_and_wait(&mut conn, rows).await {
+            Ok(done) => done,
+            Err(e) => {
+                if crate::redis_io::link::needs_reconnect(&e) {
+                    *conn = None;
+                }
+                tracing::warn!(error = %e, "release not yet acknowledged in Redis; will retry");
+                return 0;
+            }
+        };
+        drop(conn);
+        let mut marked = 0;
+        for (event, row) in done {
+            match self.store.mark_release_synced(event, row).await {
+                Ok(()) => marked += 1,
+                Err(e) => tracing::warn!(%event, error = %e, "release acknowledged but not marked; it will run again"),
+            }
+        }
+        marked
     }
+
+    /// Runs the release scripts on the release connection, then `WAIT`; returns the rows whose
+    /// release a replica now holds (none if the acknowledgement fell short).
+    async fn release_and_wait<'r>(
+        &self,
+        conn: &mut Option<MultiplexedConnection>,
+        rows: &'r [(EventId, BookingRow)],
+    ) -> Result<Vec<&'r (EventId, BookingRow)>, RedisError> {
+        if conn.is_none() {
+            let timeout = self.settings.ack.timeout + RELEASE_SLACK;
+            *conn = Some(self.link.connect(timeout).await?);
+        }
+        let conn = conn.as_mut().expect("connected above");
+        let mut ran = Vec::with_capacity(rows.len());
+        for entry in rows {
+            let (event, row) = entry;
+            let Some(admission) = admission_of(row) else { continue };
+            let keys = EventKeys::new(event);
+            let reply = scripts::run(conn, &self.scripts.release, &self.scripts.release_call(&keys, &admission)).await?;
+            match decode_changed(reply) {
+                Ok(_) => ran.push(entry),
+                Err(e) => tracing::error!(%event, error = %e, "release script answered unexpectedly"),
+            }
+        }
+        let ack = self.settings.ack;
+        let skip_wait = self.crash.broken_guard == Some(crate::fault_hooks::BrokenGuard::SkipWait);
+        if ack.replicas > 0 && !skip_wait && !ran.is_empty() {
+            let acked: i64 = redis::cmd("WAIT").arg(ack.replicas).arg(ack.timeout.as_millis() as u64).query_async(conn).await?;
+            if acked < i64::from(ack.replicas) {
+                tracing::warn!(acked, releases = ran.len(), "replica acknowledgement of releases fell short; they stay unsynced");
+                return Ok(Vec::new());
+            }
+        }
+        Ok(ran)
+    }
+}
+
+/// Slack on top of the WAIT timeout before the release connection counts as lost.
+const RELEASE_SLACK: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn admission_of(row: &BookingRow) -> Option<Admission> {
+    Some(Admission {
+        code: row.code.clone(),
+        nonce: Nonce::parse(&row.nonce)?,
+        id: row.admission_id.clone(),
+        slot: row.slot,
+        level: row.level.clone(),
+        admitted_ms: row.admitted_ms,
+    })
 }

@@ -12,6 +12,7 @@ pub mod latency;
 pub mod lifecycle;
 pub mod persister;
 pub mod reaper;
+pub mod settle;
 pub mod stats;
 
 use crate::sale::booking::Refusal;
@@ -44,6 +45,9 @@ pub struct SaleSettings {
     pub persist: PersistPolicy,
     /// Answer the allowlist gate from an in-memory copy instead of SISMEMBER.
     pub allowlist_in_memory: bool,
+    /// How long the request path waits for its database write before answering `503 retry`
+    /// (the admission stays pending: the write may still land, or the reaper settles it).
+    pub persist_deadline: Duration,
 }
 
 impl Default for SaleSettings {
@@ -56,6 +60,7 @@ impl Default for SaleSettings {
             commit_batch_max: crate::sale::committer::BATCH_SIZE_MAX,
             persist: PersistPolicy::default(),
             allowlist_in_memory: true,
+            persist_deadline: Duration::from_secs(2),
         }
     }
 }
@@ -71,6 +76,9 @@ pub struct Sale {
     pub stats: Arc<Stats>,
     pub crash: FaultPlan,
     pub settings: SaleSettings,
+    /// The connection releases run on, each followed by a `WAIT` that must cover it; kept apart
+    /// so a release's `WAIT` never blocks the shared connection.
+    release_conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
 }
 
 impl Sale {
@@ -96,6 +104,7 @@ impl Sale {
             stats: Arc::new(Stats::default()),
             crash,
             settings,
+            release_conn: tokio::sync::Mutex::new(None),
         }
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-/// Writes queued for the writers before callers feel back-pressure.
+/// Writes queued for the writers; past this a caller is answered `503 retry` at once.
 const QUEUE_DEPTH_MAX: usize = 8192;
 
 /// How the request path writes its bookings.
@@ -72,11 +72,15 @@ impl Persister {
     /// The request path's write, batched or not; same outcome either way.
     pub async fn hold(&self, item: HoldItem) -> HoldResult {
         let Some(queue) = &self.queue else {
-            return self.store.hold(&item.event, &item.admission, item.hold_until_ms, item.now_ms).await;
+            return self.store.hold(&item.event, &item.admission, item.hold_ms).await;
         };
         let (reply, answer) = oneshot::channel();
         let stopped = || StoreError::Batch("the database writer stopped".into());
-        queue.send(Job { item, reply }).await.map_err(|_| stopped())?;
+        match queue.try_send(Job { item, reply }) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => return Err(StoreError::Busy),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(stopped()),
+        }
         answer.await.map_err(|_| stopped())?
     }
 }

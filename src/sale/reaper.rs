@@ -7,12 +7,12 @@
 //! Each pass also expires unpaid holds and retries releases Redis has not yet heard of.
 
 use crate::domain::code::CodeHash;
-use crate::domain::event::{now_ms, EventId};
+use crate::domain::event::EventId;
 use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
 use crate::sale::Sale;
 use crate::domain::admission::Admission;
 use crate::sale::stats::Stats;
-use crate::store::ReapOutcome;
+use crate::sale::settle::Settled;
 use redis::RedisResult;
 use std::future::Future;
 
@@ -109,19 +109,16 @@ impl Sale {
             if admission.admitted_ms > cutoff_ms {
                 continue;
             }
-            match self.store.reap(event, &admission, now_ms()).await? {
-                ReapOutcome::Persisted => {
-                    self.run_script(&self.scripts.persisted, self.scripts.persisted_call(&keys, &admission)).await?;
+            match self.settle(event, &keys, &admission, false).await? {
+                Settled::Persisted => {
                     Stats::bump(&self.stats.reaper_persisted);
                     report.persisted += 1;
                 }
-                ReapOutcome::Released | ReapOutcome::AlreadyReleased | ReapOutcome::OtherHolds => {
-                    let undo = self.scripts.return_call(&self.scripts.undo, &keys, &admission);
-                    if crate::redis_io::scripts::decode_changed(self.run_script(&self.scripts.undo, undo).await?)? {
-                        Stats::bump(&self.stats.reaper_released);
-                        report.released += 1;
-                    }
+                Settled::Undone => {
+                    Stats::bump(&self.stats.reaper_released);
+                    report.released += 1;
                 }
+                Settled::AlreadyGone => {}
             }
         }
         Ok(report)

@@ -8,7 +8,7 @@
 use super::{on_pool, Store, StoreError};
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
-use crate::domain::admission::Admission;
+use crate::domain::admission::{Admission, Seat};
 use std::collections::BTreeMap;
 
 /// A booking as the database holds it.
@@ -41,35 +41,76 @@ pub(super) fn to_row(t: RowTuple) -> Option<BookingRow> {
 }
 
 impl BookingRow {
-    fn holds_seat(&self) -> bool {
+    pub fn holds_seat(&self) -> bool {
         self.state == "held" || self.state == "paid"
+    }
+
+    pub fn seat(&self) -> Seat {
+        Seat { slot: self.slot, level: self.level.clone(), hold_until_ms: self.hold_until_ms }
     }
 }
 
-/// What the request path's write found.
+/// What the request path's write found. Every variant that names a seat carries the seat the
+/// candidate holds, so the answer can say it (a `201`, or a `409 already_admitted` with the seat).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HoldOutcome {
-    /// The row is now held by this admission and counted.
-    Held,
+    /// The row is now held by this admission and counted; the hold runs from this write.
+    Held(Seat),
     /// A retry: this admission already holds the row (held or paid).
-    AlreadyHeld,
-    /// The reaper released this admission first; the client must retry.
+    AlreadyHeld(Seat),
+    /// Another admission of this code holds a seat, under this very nonce: a retry whose first
+    /// admission Redis no longer remembers. The answer is that row's seat.
+    SameNonceHolds(Seat),
+    /// The reaper (or an undo) released this admission first; the client must retry.
     ReaperWon,
-    /// Another admission of this code holds a seat.
-    CodeHasSeat,
+    /// Another admission of this code, under another nonce, holds a seat.
+    CodeHasSeat(Seat),
     LevelFull,
     SoldOut,
     /// Another booking holds this seat number (Redis and the database disagree).
     SeatTaken,
 }
 
+impl HoldOutcome {
+    /// The outcome without its seat, for comparing writers whose clocks differ.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HoldOutcome::Held(_) => "held",
+            HoldOutcome::AlreadyHeld(_) => "already_held",
+            HoldOutcome::SameNonceHolds(_) => "same_nonce_holds",
+            HoldOutcome::ReaperWon => "reaper_won",
+            HoldOutcome::CodeHasSeat(_) => "code_has_seat",
+            HoldOutcome::LevelFull => "level_full",
+            HoldOutcome::SoldOut => "sold_out",
+            HoldOutcome::SeatTaken => "seat_taken",
+        }
+    }
+}
+
 /// Why the request path's upsert changed nothing, judged from the row that stopped it.
 pub(super) fn unclaimed(row: Option<BookingRow>, adm: &Admission) -> HoldOutcome {
-    match row {
-        Some(r) if r.admission_id == adm.id && r.holds_seat() => HoldOutcome::AlreadyHeld,
-        Some(r) if r.admission_id == adm.id => HoldOutcome::ReaperWon,
-        _ => HoldOutcome::CodeHasSeat,
+    let Some(r) = row else {
+        // The upsert inserts when there is no row; none now means it was deleted meanwhile.
+        return HoldOutcome::ReaperWon;
+    };
+    let seat = r.seat();
+    match r {
+        r if r.admission_id == adm.id && r.holds_seat() => HoldOutcome::AlreadyHeld(seat),
+        r if r.admission_id == adm.id => HoldOutcome::ReaperWon,
+        r if r.holds_seat() && r.nonce == adm.nonce.as_str() => HoldOutcome::SameNonceHolds(seat),
+        r if r.holds_seat() => HoldOutcome::CodeHasSeat(seat),
+        // Released for another admission: the upsert would have taken it, so it changed under us.
+        _ => HoldOutcome::ReaperWon,
     }
+}
+
+/// Why a booking is released: the condition its release re-checks in the same statement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// The operator cancels a held or paid booking.
+    Cancel,
+    /// Its hold ran out unpaid.
+    Expired,
 }
 
 /// What the reaper's write found.
@@ -100,6 +141,10 @@ pub struct LevelCounts {
     pub paid: i64,
 }
 
+/// Counts one more held seat against the level / the event, unless that would pass its cap.
+pub(super) const COUNT_LEVEL: &str = "UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap";
+pub(super) const COUNT_EVENT: &str = "UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats";
+
 pub(super) const UPSERT: &str = "INSERT INTO bookings (event_id, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms, updated_ms)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
      ON CONFLICT (event_id, code_hash) DO UPDATE SET nonce = excluded.nonce, admission_id = excluded.admission_id,
@@ -109,8 +154,11 @@ pub(super) const UPSERT: &str = "INSERT INTO bookings (event_id, code_hash, nonc
 
 impl Store {
     /// The request path's write: claim the row `held` for this admission and count it against the
-    /// level and the event, or report why the database refuses.
-    pub async fn hold(&self, event: &EventId, adm: &Admission, hold_until_ms: i64, now_ms: i64) -> Result<HoldOutcome, StoreError> {
+    /// level and the event, or report why the database refuses. The hold runs `hold_ms` from
+    /// this write, by the database's clock.
+    pub async fn hold(&self, event: &EventId, adm: &Admission, hold_ms: i64) -> Result<HoldOutcome, StoreError> {
+        let now_ms = self.clock_ms().await?;
+        let hold_until_ms = now_ms + hold_ms;
         let claimed = on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             let upsert = sqlx::query(UPSERT)
@@ -122,13 +170,11 @@ impl Store {
                 Err(e) => return Err(e.into()),
                 Ok(done) if done.rows_affected() == 0 => false,
                 Ok(_) => {
-                    let level = sqlx::query("UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap")
-                        .bind(event.as_str()).bind(&adm.level).execute(&mut *tx).await?;
+                    let level = sqlx::query(COUNT_LEVEL).bind(event.as_str()).bind(&adm.level).execute(&mut *tx).await?;
                     if level.rows_affected() == 0 {
                         return Ok(HoldOutcome::LevelFull);
                     }
-                    let seats = sqlx::query("UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats")
-                        .bind(event.as_str()).execute(&mut *tx).await?;
+                    let seats = sqlx::query(COUNT_EVENT).bind(event.as_str()).execute(&mut *tx).await?;
                     if seats.rows_affected() == 0 {
                         return Ok(HoldOutcome::SoldOut);
                     }
@@ -138,10 +184,23 @@ impl Store {
             }
         });
         if claimed {
-            return Ok(HoldOutcome::Held);
+            return Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms }));
         }
         let row = self.booking(event, &adm.code).await?;
         Ok(unclaimed(row, adm))
+    }
+
+    /// The one clock for holds (DESIGN "One clock for holds"): PostgreSQL's own clock, shared by
+    /// every `serve`; for SQLite the host's clock, which is the database's clock (SQLite runs in
+    /// the process) and is shared by every `serve` that can open the file.
+    pub async fn clock_ms(&self) -> Result<i64, StoreError> {
+        match self {
+            Store::Sqlite(_) => Ok(crate::domain::event::now_ms()),
+            Store::Postgres(pool) => {
+                let now: i64 = sqlx::query_scalar("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT").fetch_one(pool).await?;
+                Ok(now)
+            }
+        }
     }
 
     /// The reaper's write for an admission that stayed pending too long: claim the row `released`
@@ -172,8 +231,9 @@ impl Store {
         })
     }
 
-    /// Marks a held booking paid, if its hold has not run out.
-    pub async fn pay(&self, event: &EventId, code: &CodeHash, now_ms: i64) -> Result<PayOutcome, StoreError> {
+    /// Marks a held booking paid, if its hold has not run out by the database's clock.
+    pub async fn pay(&self, event: &EventId, code: &CodeHash) -> Result<PayOutcome, StoreError> {
+        let now_ms = self.clock_ms().await?;
         let paid = on_pool!(self, pool => {
             sqlx::query("UPDATE bookings SET state = 'paid', updated_ms = $3 WHERE event_id = $1 AND code_hash = $2 AND state = 'held' AND hold_until_ms > $3")
                 .bind(event.as_str()).bind(code.as_str()).bind(now_ms).execute(pool).await?.rows_affected() == 1
@@ -189,35 +249,45 @@ impl Store {
         })
     }
 
-    /// Releases one booking in the database (from one of `from_states`) and uncounts it; Redis is
-    /// told afterwards, and `redis_synced` stays 0 until it has been.
-    /// Returns the row as it was, or None when it was not in one of those states.
-    pub async fn release(&self, event: &EventId, code: &CodeHash, from_states: &[&str], now_ms: i64) -> Result<Option<BookingRow>, StoreError> {
+    /// Releases the booking of one admission in the database and uncounts it; Redis is told
+    /// afterwards, and `redis_synced` stays 0 until a replica has the release too.
+    ///
+    /// One conditional statement names the admission and re-checks the condition, so a list read
+    /// earlier can never release what the row holds by now (a fresh booking, a payment).
+    /// Returns the row as it was, or None when it no longer qualifies.
+    pub async fn release(&self, event: &EventId, code: &CodeHash, admission_id: &str, why: Release) -> Result<Option<BookingRow>, StoreError> {
+        let now_ms = self.clock_ms().await?;
         let Some(row) = self.booking(event, code).await? else { return Ok(None) };
-        if !from_states.contains(&row.state.as_str()) {
+        if row.admission_id != admission_id || !row.holds_seat() {
             return Ok(None);
         }
-        on_pool!(self, pool => {
+        let condition = match why {
+            Release::Cancel => "state IN ('held', 'paid')",
+            Release::Expired => "state = 'held' AND hold_until_ms <= $4",
+        };
+        let sql = format!(
+            "UPDATE bookings SET state = 'released', redis_synced = 0, updated_ms = $4
+             WHERE event_id = $1 AND code_hash = $2 AND admission_id = $3 AND {condition}
+             RETURNING level"
+        );
+        let released = on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
-            let done = sqlx::query(
-                "UPDATE bookings SET state = 'released', redis_synced = 0, updated_ms = $5
-                 WHERE event_id = $1 AND code_hash = $2 AND admission_id = $3 AND state = $4",
-            )
-            .bind(event.as_str()).bind(code.as_str()).bind(&row.admission_id).bind(&row.state).bind(now_ms)
-            .execute(&mut *tx).await?;
-            if done.rows_affected() == 0 {
-                return Ok(None);
-            }
+            let level: Option<String> = sqlx::query_scalar(&sql)
+                .bind(event.as_str()).bind(code.as_str()).bind(admission_id).bind(now_ms)
+                .fetch_optional(&mut *tx).await?;
+            let Some(level) = level else { return Ok(None) };
             sqlx::query("UPDATE levels SET taken = taken - 1 WHERE event_id = $1 AND name = $2")
-                .bind(event.as_str()).bind(&row.level).execute(&mut *tx).await?;
+                .bind(event.as_str()).bind(&level).execute(&mut *tx).await?;
             sqlx::query("UPDATE events SET taken = taken - 1 WHERE id = $1").bind(event.as_str()).execute(&mut *tx).await?;
             tx.commit().await?;
+            true
         });
-        Ok(Some(row))
+        Ok(released.then(|| row))
     }
 
-    /// Held bookings whose hold ran out, oldest first.
-    pub async fn expired_holds(&self, now_ms: i64, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
+    /// Held bookings whose hold ran out by the database's clock, oldest first.
+    pub async fn expired_holds(&self, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
+        let now_ms = self.clock_ms().await?;
         let sql = format!("SELECT event_id, {ROW_COLUMNS} FROM bookings WHERE state = 'held' AND hold_until_ms <= $1 ORDER BY hold_until_ms LIMIT $2");
         self.rows_with_event(&sql, now_ms, limit).await
     }

@@ -3,10 +3,10 @@
 //! booking the database refuses is rolled back alone while the rest of the batch commits, and every
 //! caller gets the outcome it would have had alone. One commit then covers the whole batch.
 
-use super::bookings::{to_row, unclaimed, RowTuple, ROW_COLUMNS, UPSERT};
+use super::bookings::{to_row, unclaimed, RowTuple, COUNT_EVENT, COUNT_LEVEL, ROW_COLUMNS, UPSERT};
 use super::{on_pool, HoldOutcome, Store, StoreError};
 use crate::domain::event::EventId;
-use crate::domain::admission::Admission;
+use crate::domain::admission::{Admission, Seat};
 use sqlx::Acquire;
 
 /// One request-path write, as [`Store::hold`] takes it.
@@ -14,8 +14,8 @@ use sqlx::Acquire;
 pub struct HoldItem {
     pub event: EventId,
     pub admission: Admission,
-    pub hold_until_ms: i64,
-    pub now_ms: i64,
+    /// The payment window, counted from the write by the database's clock.
+    pub hold_ms: i64,
 }
 
 impl Store {
@@ -23,6 +23,7 @@ impl Store {
     /// an error of the transaction fails them all (the outer `Err`).
     pub async fn hold_batch(&self, items: &[HoldItem]) -> Result<Vec<Result<HoldOutcome, StoreError>>, StoreError> {
         let select = format!("SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND code_hash = $2");
+        let now_ms = self.clock_ms().await?;
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             // Row locks in one global order, levels (sorted) before events, as `hold` and
@@ -47,7 +48,7 @@ impl Store {
                 let mut booking = (&mut tx).begin().await?;
                 let upsert = sqlx::query(UPSERT)
                     .bind(event).bind(adm.code.as_str()).bind(adm.nonce.as_str()).bind(&adm.id)
-                    .bind(adm.slot).bind(&adm.level).bind("held").bind(adm.admitted_ms).bind(item.hold_until_ms).bind(item.now_ms)
+                    .bind(adm.slot).bind(&adm.level).bind("held").bind(adm.admitted_ms).bind(now_ms + item.hold_ms).bind(now_ms)
                     .execute(&mut *booking).await;
                 let outcome = match upsert {
                     Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
@@ -64,18 +65,21 @@ impl Store {
                         Ok(unclaimed(row.and_then(to_row), adm))
                     }
                     Ok(_) => {
-                        let level = sqlx::query("UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap")
+                        let level = sqlx::query(COUNT_LEVEL)
                             .bind(event).bind(&adm.level).execute(&mut *booking).await?;
                         let seats = if level.rows_affected() == 0 {
                             None
                         } else {
-                            Some(sqlx::query("UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats")
+                            Some(sqlx::query(COUNT_EVENT)
                                 .bind(event).execute(&mut *booking).await?.rows_affected())
                         };
                         match seats {
                             None => { booking.rollback().await?; Ok(HoldOutcome::LevelFull) }
                             Some(0) => { booking.rollback().await?; Ok(HoldOutcome::SoldOut) }
-                            Some(_) => { booking.commit().await?; Ok(HoldOutcome::Held) }
+                            Some(_) => {
+                                booking.commit().await?;
+                                Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms: now_ms + item.hold_ms }))
+                            }
                         }
                     }
                 };

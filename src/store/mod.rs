@@ -7,7 +7,7 @@ mod events;
 mod hold_batch;
 mod sqlite_batch;
 
-pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome};
+pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome, Release};
 pub use events::StoredEvent;
 pub use hold_batch::HoldItem;
 pub use sqlite_batch::SqliteBatchWriter;
@@ -57,6 +57,9 @@ pub enum StoreError {
     Refused(String),
     #[error("database error: {0}")]
     Sql(#[from] sqlx::Error),
+    /// The writers' queue is full: answer at once instead of parking the request.
+    #[error("too many database writes queued")]
+    Busy,
     /// The shared transaction of a batched write failed; every booking in it is unwritten.
     #[error("batched database write failed: {0}")]
     Batch(String),

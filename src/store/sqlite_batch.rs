@@ -6,7 +6,9 @@
 //! checks are those of [`Store::hold`]; each booking sits in a SAVEPOINT of its own, so a refusal
 //! is rolled back alone and every caller gets the outcome `hold` would have given it.
 
-use super::bookings::{to_row, unclaimed, RowTuple, ROW_COLUMNS, UPSERT};
+use super::bookings::{to_row, unclaimed, RowTuple, COUNT_EVENT, COUNT_LEVEL, ROW_COLUMNS, UPSERT};
+use crate::domain::admission::Seat;
+use crate::domain::event::now_ms;
 use super::{HoldItem, HoldOutcome, StoreError};
 use rusqlite::{params, Connection, TransactionBehavior};
 use std::path::Path;
@@ -84,13 +86,16 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
 fn write(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Outcomes> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let select = format!("SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND code_hash = $2");
+    // SQLite's clock is this host's (see `Store::clock_ms`), read once the write lock is ours.
+    let now_ms = now_ms();
     let mut outcomes = Vec::with_capacity(items.len());
     for item in items {
         tx.prepare_cached("SAVEPOINT booking")?.execute([])?;
-        let outcome = match hold_one(&tx, &select, item) {
+        let outcome = match hold_one(&tx, &select, item, now_ms) {
             Ok(None) => {
                 tx.prepare_cached("RELEASE booking")?.execute([])?;
-                outcomes.push(Ok(HoldOutcome::Held));
+                let adm = &item.admission;
+                outcomes.push(Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms: now_ms + item.hold_ms })));
                 continue;
             }
             Ok(Some(refused)) => Ok(refused),
@@ -107,10 +112,10 @@ fn write(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Outcomes
 }
 
 /// `hold`'s statements for one booking: None when it is now held, else why not.
-fn hold_one(tx: &rusqlite::Transaction<'_>, select: &str, item: &HoldItem) -> rusqlite::Result<Option<HoldOutcome>> {
+fn hold_one(tx: &rusqlite::Transaction<'_>, select: &str, item: &HoldItem, now_ms: i64) -> rusqlite::Result<Option<HoldOutcome>> {
     let (event, adm) = (item.event.as_str(), &item.admission);
     let claimed = tx.prepare_cached(UPSERT)?.execute(params![
-        event, adm.code.as_str(), adm.nonce.as_str(), adm.id, adm.slot, adm.level, "held", adm.admitted_ms, item.hold_until_ms, item.now_ms
+        event, adm.code.as_str(), adm.nonce.as_str(), adm.id, adm.slot, adm.level, "held", adm.admitted_ms, now_ms + item.hold_ms, now_ms
     ])?;
     if claimed == 0 {
         let row: Option<RowTuple> = match tx.prepare_cached(select)?.query_row(params![event, adm.code.as_str()], |r| {
@@ -122,10 +127,10 @@ fn hold_one(tx: &rusqlite::Transaction<'_>, select: &str, item: &HoldItem) -> ru
         };
         return Ok(Some(unclaimed(row.and_then(to_row), adm)));
     }
-    let level = tx.prepare_cached("UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap")?.execute(params![event, adm.level])?;
+    let level = tx.prepare_cached(COUNT_LEVEL)?.execute(params![event, adm.level])?;
     if level == 0 {
         return Ok(Some(HoldOutcome::LevelFull));
     }
-    let seats = tx.prepare_cached("UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats")?.execute(params![event])?;
+    let seats = tx.prepare_cached(COUNT_EVENT)?.execute(params![event])?;
     Ok((seats == 0).then_some(HoldOutcome::SoldOut))
 }

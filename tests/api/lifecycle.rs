@@ -6,7 +6,6 @@ use seatrush::domain::code::CodeHash;
 use seatrush::sale::committer::{AdmitCall, Committed};
 use seatrush::domain::nonce::Nonce;
 use seatrush::domain::admission::Admission;
-use seatrush::redis_io::scripts::AdmitReply;
 use seatrush::store::{HoldOutcome, ReapOutcome};
 use std::time::Duration;
 
@@ -20,10 +19,11 @@ async fn admit_only(app: &TestApp, code: &str, level: &str) -> Admission {
         nonce: Nonce::parse(&n).unwrap(),
         level: level.into(),
         admission_id: uuid::Uuid::new_v4().simple().to_string(),
+        retry_only: false,
     };
-    let committed = app.sale.committer.admit(&app.sale.scripts, call.clone()).await.unwrap();
-    let Committed::Acked(AdmitReply::Admitted { slot, admitted_ms, admission, level }) = committed else { panic!("{committed:?}") };
-    Admission { code: call.code, nonce: call.nonce, id: admission, slot, level, admitted_ms }
+    let committed = app.sale.committer.admit(&app.sale.scripts, call).await.unwrap();
+    let Committed::Acked(admission) = committed else { panic!("{committed:?}") };
+    admission
 }
 
 async fn payment_and_cancel(backend: Backend) {
@@ -139,14 +139,14 @@ async fn arbiter(backend: Backend) {
     // The reaper first: the request path then finds the row released for its admission.
     let late = admit_only(&app, "CODE-00001", "A1").await;
     assert_eq!(app.store.reap(&app.event, &late, now).await.unwrap(), ReapOutcome::Released);
-    assert_eq!(app.store.hold(&app.event, &late, now + 1000, now).await.unwrap(), HoldOutcome::ReaperWon);
+    assert_eq!(app.store.hold(&app.event, &late, 1000).await.unwrap(), HoldOutcome::ReaperWon);
     assert_eq!(app.store.reap(&app.event, &late, now).await.unwrap(), ReapOutcome::AlreadyReleased);
 
     // The request path first: the reaper finds it persisted and only drops the pending entry.
     let prompt = admit_only(&app, "CODE-00002", "A1").await;
-    assert_eq!(app.store.hold(&app.event, &prompt, now + 1000, now).await.unwrap(), HoldOutcome::Held);
+    assert_eq!(app.store.hold(&app.event, &prompt, 1000).await.unwrap().kind(), "held");
     assert_eq!(app.store.reap(&app.event, &prompt, now).await.unwrap(), ReapOutcome::Persisted);
-    assert_eq!(app.store.hold(&app.event, &prompt, now + 1000, now).await.unwrap(), HoldOutcome::AlreadyHeld);
+    assert_eq!(app.store.hold(&app.event, &prompt, 1000).await.unwrap().kind(), "already_held");
 
     // Through the reaper pass: the first seat goes back, the second stays, counters match.
     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -158,15 +158,15 @@ async fn arbiter(backend: Backend) {
     for i in 0..20 {
         let code = format!("CODE-{:05}", 10 + i);
         let adm = admit_only(&app, &code, "B1").await;
-        let (held, reaped) = tokio::join!(app.store.hold(&app.event, &adm, now + 1000, now), app.store.reap(&app.event, &adm, now));
+        let (held, reaped) = tokio::join!(app.store.hold(&app.event, &adm, 1000), app.store.reap(&app.event, &adm, now));
         let (held, reaped) = (held.unwrap(), reaped.unwrap());
         match held {
-            HoldOutcome::Held => assert_eq!(reaped, ReapOutcome::Persisted, "{code}"),
+            HoldOutcome::Held(_) => assert_eq!(reaped, ReapOutcome::Persisted, "{code}"),
             HoldOutcome::ReaperWon => assert_eq!(reaped, ReapOutcome::Released, "{code}"),
             other => panic!("{code}: {other:?}"),
         }
         let row = app.store.booking(&app.event, &adm.code).await.unwrap().unwrap();
-        assert_eq!(row.state == "held", held == HoldOutcome::Held);
+        assert_eq!(row.state == "held", held.kind() == "held");
     }
     tokio::time::sleep(Duration::from_millis(5)).await;
     app.sale.reap_all_once().await.unwrap();

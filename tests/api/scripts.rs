@@ -14,9 +14,9 @@ async fn admit(app: &crate::helpers::TestApp, code: &str, level: &str, n: &str, 
 
 async fn back(app: &crate::helpers::TestApp, release: bool, adm: &Admission) -> bool {
     let scripts = Scripts::new();
-    let script = if release { &scripts.release } else { &scripts.undo };
+    let (script, call) = if release { (&scripts.release, scripts.release_call(&app.keys, adm)) } else { (&scripts.undo, scripts.undo_call(&app.keys, adm)) };
     let mut conn = app.sale.link.check().await.unwrap();
-    decode_changed(run(&mut conn, script, &scripts.return_call(script, &app.keys, adm)).await.unwrap()).unwrap()
+    decode_changed(run(&mut conn, script, &call).await.unwrap()).unwrap()
 }
 
 fn admission(app: &crate::helpers::TestApp, code: &str, n: &str, reply: &AdmitReply) -> Admission {

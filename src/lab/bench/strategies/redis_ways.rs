@@ -71,6 +71,7 @@ impl Strategy for LuaScript {
             AdmitReply::Admitted { .. } => Attempt::Admitted,
             AdmitReply::SoldOut | AdmitReply::LevelFull => Attempt::SoldOut,
             AdmitReply::AlreadyAdmitted => anyhow::bail!("candidate {candidate} was handed out twice"),
+            AdmitReply::NotARetry => anyhow::bail!("a plain admit answered as a retry-only one"),
         })
     }
 
