@@ -8,6 +8,7 @@ mod crash;
 mod faults;
 mod gates;
 mod helpers;
+mod holes;
 mod layout;
 mod lifecycle;
 mod observability;

@@ -1,0 +1,250 @@
+//! The protocol holes of issue 9, each forced on the real code (real Redis primary and replica,
+//! SQLite and PostgreSQL where the database decides). Each test failed before its fix.
+
+use crate::helpers::{nonce, spawn_app, AppOptions, Backend, TestApp, OPERATOR_TOKEN};
+use seatrush::domain::admission::Admission;
+use seatrush::domain::nonce::Nonce;
+use seatrush::ops::{loader, reconcile};
+use seatrush::sale::committer::{AdmitCall, Committed};
+use seatrush::store::{HoldOutcome, Release};
+use std::time::Duration;
+
+const HOLD_MS: i64 = 900_000;
+
+/// An admission made and acknowledged in Redis whose database write has not landed yet: the
+/// first attempt of a client, still in flight.
+async fn acknowledged(app: &TestApp, code: &str, n: &str) -> Admission {
+    let call = AdmitCall {
+        keys: app.keys.clone(),
+        code: app.hash(code),
+        nonce: Nonce::parse(n).unwrap(),
+        level: "A1".into(),
+        admission_id: uuid::Uuid::new_v4().simple().to_string(),
+        retry_only: false,
+    };
+    match app.sale.committer.admit(&app.sale.scripts, call).await.unwrap() {
+        Committed::Acked(admission) => admission,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Hole 1, first order: a same-nonce retry meets a short WAIT while the first attempt's write is
+/// still in flight. The retry's undo must not return the seat that write is about to hold.
+async fn a_retry_undo_never_returns_a_seat_a_write_in_flight_will_hold(backend: Backend) {
+    let app = spawn_app(AppOptions { backend, ..Default::default() }).await;
+    let n = nonce("first");
+    let first = acknowledged(&app, "CODE-00001", &n).await;
+
+    app.replica.as_ref().unwrap().pause();
+    let retry = app.book("CODE-00001", "A1", &n).await;
+    app.replica.as_ref().unwrap().resume();
+    assert_eq!(retry.status_str(), "retry");
+
+    // The first attempt's write lands only now.
+    let landed = app.store.hold(&app.event, &first, HOLD_MS).await.unwrap();
+    assert_eq!(landed, HoldOutcome::ReaperWon, "the retry's undo claimed the row first, so the late write cannot hold the seat");
+    let again = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!(again.status, 201, "the next retry books afresh: {:?}", again.body);
+    app.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_retry_undo_never_returns_a_seat_a_write_in_flight_will_hold_sqlite() {
+    a_retry_undo_never_returns_a_seat_a_write_in_flight_will_hold(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_retry_undo_never_returns_a_seat_a_write_in_flight_will_hold_postgres() {
+    a_retry_undo_never_returns_a_seat_a_write_in_flight_will_hold(Backend::Postgres).await;
+}
+
+/// Hole 1, other order: the first attempt's write landed; a retry's short WAIT must leave the
+/// admission alone (the database holds it), and the next retry gets the seat.
+#[tokio::test]
+async fn a_short_wait_on_a_retry_leaves_a_persisted_admission_alone() {
+    let app = spawn_app(AppOptions::default()).await;
+    let n = nonce("first");
+    let first = acknowledged(&app, "CODE-00001", &n).await;
+    assert_eq!(app.store.hold(&app.event, &first, HOLD_MS).await.unwrap().kind(), "held");
+
+    app.replica.as_ref().unwrap().pause();
+    let retry = app.book("CODE-00001", "A1", &n).await;
+    app.replica.as_ref().unwrap().resume();
+    assert_eq!(retry.status_str(), "retry");
+    assert!(app.redis_state().records.contains_key(app.hash("CODE-00001").as_str()), "the held admission is still in Redis");
+
+    let again = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!((again.status, again.body["slot"].as_i64()), (201, Some(first.slot)));
+    app.assert_invariants().await;
+}
+
+/// Hole 2: Redis lost an acknowledged admission (a failover); the same-nonce retry makes a new
+/// one, but the database row holds a seat for this code and this nonce: the answer is that seat.
+async fn the_database_answers_a_retry_by_its_nonce(backend: Backend) {
+    let app = spawn_app(AppOptions { backend, ..Default::default() }).await;
+    let n = nonce("lost");
+    let booked = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!(booked.status, 201);
+    let slot = booked.body["slot"].as_i64().unwrap();
+    forget_in_redis(&app, "CODE-00001", slot);
+
+    let retry = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!((retry.status, retry.status_str()), (201, "admitted"), "{:?}", retry.body);
+    assert_eq!(retry.body["slot"].as_i64(), Some(slot), "the row's seat, not a new one");
+    assert_eq!(retry.body["hold_until"], booked.body["hold_until"]);
+    let other = app.book("CODE-00001", "A1", &nonce("other")).await;
+    assert_eq!(other.status_str(), "already_admitted", "another nonce is still refused");
+
+    // Redis lost data: reconcile restores it from the database, and nothing is left over.
+    reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    app.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn the_database_answers_a_retry_by_its_nonce_sqlite() {
+    the_database_answers_a_retry_by_its_nonce(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn the_database_answers_a_retry_by_its_nonce_postgres() {
+    the_database_answers_a_retry_by_its_nonce(Backend::Postgres).await;
+}
+
+/// What a failover that lost an acknowledged admission leaves: no record, the seat free, the
+/// count down.
+fn forget_in_redis(app: &TestApp, code: &str, slot: i64) {
+    let hash = app.hash(code);
+    app.redis::<()>(redis::cmd("HDEL").arg(&app.keys.adm).arg(hash.as_str()));
+    app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.pending).arg(hash.as_str()));
+    app.redis::<()>(redis::cmd("ZADD").arg(&app.keys.free).arg(slot).arg(slot));
+    app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg("A1").arg(-1));
+}
+
+/// Hole 3: a release that no replica acknowledged stays unsynced, so the next pass runs it again
+/// (a failover that lost it cannot leave the seat counted with nobody holding it).
+#[tokio::test]
+async fn a_release_stays_unsynced_until_a_replica_has_it() {
+    let app = spawn_app(AppOptions::default()).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("n")).await.status, 201);
+    app.replica.as_ref().unwrap().pause();
+    let cancelled = app.operator("CODE-00001", "cancel", Some(OPERATOR_TOKEN)).await;
+    assert_eq!(cancelled.status, 200);
+    let unsynced = app.store.unsynced_releases(10).await.unwrap();
+    app.replica.as_ref().unwrap().resume();
+    assert_eq!(unsynced.len(), 1, "released in the database, not yet acknowledged by a replica");
+
+    assert_eq!(app.sale.sync_releases_once().await.unwrap(), 1, "the next pass runs it again and a replica acknowledges");
+    assert!(app.store.unsynced_releases(10).await.unwrap().is_empty());
+    app.assert_invariants().await;
+}
+
+/// Hole 4: the 201 of an admission was lost just before `close`; the same-nonce retry gets it,
+/// a new nonce gets the refusal.
+#[tokio::test]
+async fn a_retry_is_recognised_before_the_closed_gate_refuses_it() {
+    let app = spawn_app(AppOptions::default()).await;
+    let n = nonce("lost-reply");
+    let booked = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!(booked.status, 201);
+    loader::close_event(&mut app.sale.link.check().await.unwrap(), &app.store, &app.event).await.unwrap();
+    let closed = wait_for_refusal(&app, "CODE-00002", "closed").await;
+    assert_eq!(closed.status, 403);
+
+    let retry = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!((retry.status, retry.body["slot"].clone()), (201, booked.body["slot"].clone()), "{:?}", retry.body);
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("new")).await.status_str(), "closed");
+    app.assert_invariants().await;
+}
+
+/// Hole 4, allowlist: a code taken off the allowlist after its admission still gets its retry.
+#[tokio::test]
+async fn a_retry_is_recognised_before_the_allowlist_refuses_it() {
+    let app = spawn_app(AppOptions::default()).await;
+    let n = nonce("lost-reply");
+    let booked = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!(booked.status, 201);
+    app.redis::<()>(redis::cmd("SREM").arg(&app.keys.allow).arg(app.hash("CODE-00001").as_str()));
+    // The in-memory copy follows allow_version; SISMEMBER is the fallback when it is absent.
+    app.redis::<()>(redis::cmd("HDEL").arg(&app.keys.meta).arg("allow_version"));
+    let refused = wait_for_refusal(&app, "CODE-00001", "not_registered").await;
+    assert_eq!(refused.status, 403);
+
+    let retry = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!((retry.status, retry.body["slot"].clone()), (201, booked.body["slot"].clone()), "{:?}", retry.body);
+}
+
+/// Books with fresh nonces until the catalog has seen the change and the gate refuses.
+async fn wait_for_refusal(app: &TestApp, code: &str, status: &str) -> crate::helpers::Answer {
+    for i in 0..100 {
+        let answer = app.book(code, "A1", &nonce(&format!("probe-{i}"))).await;
+        if answer.status_str() == status {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the gate never answered {status}");
+}
+
+/// Hole 7: a write that lands long after its admission (a slow database) still gets a full
+/// payment window, counted from the write by the database's clock.
+#[tokio::test]
+async fn a_late_write_gets_a_hold_that_has_not_already_run_out() {
+    let app = spawn_app(AppOptions { hold_seconds: 1, ..Default::default() }).await;
+    let n = nonce("slow");
+    let first = acknowledged(&app, "CODE-00001", &n).await;
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let retry = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!(retry.status, 201, "{:?}", retry.body);
+    let row = app.store.booking(&app.event, &first.code).await.unwrap().unwrap();
+    let now = app.store.clock_ms().await.unwrap();
+    assert!(row.hold_until_ms > now, "the hold runs from the write, not from the admission");
+}
+
+/// Hole 9: an expiry pass working from a list read earlier must not release the fresh hold the
+/// candidate got since.
+async fn a_stale_expiry_list_never_releases_a_fresh_hold(backend: Backend) {
+    let app = spawn_app(AppOptions { backend, hold_seconds: 1, ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("first")).await.status, 201);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // Serve A reads the list of expired holds ...
+    let stale = app.store.expired_holds(500).await.unwrap();
+    assert_eq!(stale.len(), 1);
+    // ... serve B expires them, and the candidate books again.
+    assert_eq!(app.sale.expire_holds_once().await.unwrap(), 1);
+    let fresh = app.book("CODE-00001", "A1", &nonce("second")).await;
+    assert_eq!(fresh.status, 201);
+    // Serve A goes on with its list.
+    for (event, row) in &stale {
+        assert!(app.store.release(event, &row.code, &row.admission_id, Release::Expired).await.unwrap().is_none());
+    }
+    let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
+    assert_eq!(row.state, "held", "the fresh hold stands");
+    app.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_stale_expiry_list_never_releases_a_fresh_hold_sqlite() {
+    a_stale_expiry_list_never_releases_a_fresh_hold(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_stale_expiry_list_never_releases_a_fresh_hold_postgres() {
+    a_stale_expiry_list_never_releases_a_fresh_hold(Backend::Postgres).await;
+}
+
+/// Hole 8: a cancel racing a payment never answers "released" while the booking stays paid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_racing_a_payment_never_leaves_a_paid_booking_it_called_released() {
+    let app = spawn_app(AppOptions { backend: Backend::Postgres, seats: 40, levels: vec![("A1", 40)], ..Default::default() }).await;
+    for i in 0..20 {
+        let code = format!("CODE-{:05}", i + 1);
+        assert_eq!(app.book(&code, "A1", &nonce(&format!("n{i}"))).await.status, 201);
+        let (cancel, pay) = tokio::join!(app.operator(&code, "cancel", Some(OPERATOR_TOKEN)), app.operator(&code, "payment", Some(OPERATOR_TOKEN)));
+        let row = app.store.booking(&app.event, &app.hash(&code)).await.unwrap().unwrap();
+        assert_eq!(cancel.status, 200, "{code}: a cancel of a held or paid booking succeeds: {:?}", cancel.body);
+        assert_eq!(row.state, "released", "{code}: the cancel won, whatever the payment did ({})", pay.status);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    app.sale.sync_releases_once().await.unwrap();
+    app.assert_invariants().await;
+}
