@@ -73,31 +73,237 @@ pub async fn violations(conn: &mut MultiplexedConnection, store: &Store, event: 
     Ok(v)
 }
 
-/// What clients were told against what the database holds: every seat held was told to its
-/// candidate, with the same seat number, and no seat was told to two candidates. `told` maps code
-/// hash to the slot of its 201; `unsure` holds codes whose candidates never got a final answer.
-pub async fn told_violations(
-    store: &Store,
-    event: &EventId,
-    told: &BTreeMap<String, i64>,
-    unsure: &HashSet<String>,
-) -> anyhow::Result<Vec<String>> {
-    let mut v = Vec::new();
-    let holders: BTreeMap<String, i64> = store.seat_holders(event).await?.into_iter().map(|r| (r.code.to_string(), r.slot)).collect();
-    let mut slots = HashMap::new();
-    for (code, slot) in told {
-        if let Some(other) = slots.insert(*slot, code) {
-            v.push(format!("no oversell: seat {slot} was told to two candidates ({other} and {code})"));
-        }
-        match holders.get(code) {
-            Some(held) if held == slot => {}
-            Some(held) => v.push(format!("a candidate was told seat {slot} but holds seat {held}")),
-            None => v.push(format!("a candidate was told seat {slot} but the database holds nothing for it")),
+/// One candidate's final answer, for [`told_violations`].
+#[derive(Clone, Debug)]
+pub struct Told {
+    /// The code hash.
+    pub code: String,
+    pub nonce: String,
+    /// Final HTTP status; 0 when the candidate gave up without one.
+    pub status: u16,
+    /// The body's `status` (`admitted`, `already_admitted`, ...).
+    pub what: String,
+    /// For a 201: the seat told.
+    pub slot: i64,
+    /// For a 201: the end of the hold told. RFC 3339 in whole seconds, so never later than the
+    /// row's own `hold_until`.
+    pub hold_until_ms: i64,
+    /// When the answer arrived; the server decided it earlier.
+    pub answered_ms: i64,
+}
+
+impl Told {
+    fn final_refusal(&self) -> bool {
+        !matches!(self.status, 0 | 201 | 503)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OperatorCall {
+    Pay,
+    Cancel,
+}
+
+/// One operator call made on a booking a candidate had been told about.
+#[derive(Clone, Debug)]
+pub struct OperatorAnswer {
+    pub code: String,
+    /// The nonce of the 201 the call followed.
+    pub nonce: String,
+    pub call: OperatorCall,
+    /// When it was first sent; it may have been carried out at any moment after.
+    pub sent_ms: i64,
+    /// Final HTTP status; 0 when none came.
+    pub status: u16,
+    /// The body's `status` (`paid`, `released`, ...).
+    pub what: String,
+}
+
+/// When the database was seen holding a seat for one nonce (sampled during the run).
+#[derive(Clone, Copy, Debug)]
+pub struct Seen {
+    pub slot: i64,
+    pub first_ms: i64,
+    pub last_ms: i64,
+}
+
+/// Everything the runner knows about what clients and operators were told.
+#[derive(Default)]
+pub struct Journal {
+    pub told: Vec<Told>,
+    pub operator: Vec<OperatorAnswer>,
+    /// Nonce -> when its row was seen holding a seat.
+    pub seen: HashMap<String, Seen>,
+}
+
+/// A booking row as the checks need it: the columns the runner's own comparisons read.
+struct FinalRow {
+    nonce: String,
+    slot: i64,
+    state: String,
+    hold_until_ms: i64,
+    updated_ms: i64,
+    synced: bool,
+}
+
+impl FinalRow {
+    fn holds_seat(&self) -> bool {
+        self.state == "held" || self.state == "paid"
+    }
+}
+
+async fn final_rows(store: &Store, event: &EventId) -> anyhow::Result<HashMap<String, FinalRow>> {
+    type Tuple = (String, String, i64, String, i64, i64, i64);
+    let sql = "SELECT code_hash, nonce, slot, state, hold_until_ms, updated_ms, redis_synced FROM bookings WHERE event_id = $1";
+    let rows: Vec<Tuple> = crate::store::on_pool!(store, pool => sqlx::query_as(sql).bind(event.as_str()).fetch_all(pool).await?);
+    Ok(rows
+        .into_iter()
+        .map(|(code, nonce, slot, state, hold_until_ms, updated_ms, synced)| {
+            (code, FinalRow { nonce, slot, state, hold_until_ms, updated_ms, synced: synced != 0 })
+        })
+        .collect())
+}
+
+/// Violations of one kind: how many, and the first few in full.
+#[derive(Default)]
+struct Tally(BTreeMap<&'static str, (usize, Vec<String>)>);
+
+/// Cases printed in full per kind of violation.
+const EXAMPLES_MAX: usize = 3;
+
+impl Tally {
+    fn add(&mut self, kind: &'static str, case: String) {
+        let (n, examples) = self.0.entry(kind).or_default();
+        *n += 1;
+        if examples.len() < EXAMPLES_MAX {
+            examples.push(case);
         }
     }
-    let silent = holders.keys().filter(|c| !told.contains_key(*c) && !unsure.contains(*c)).count();
-    if silent > 0 {
-        v.push(format!("nothing leaks: {silent} seats are held for candidates who were never told they have one"));
+    fn into_lines(self) -> Vec<String> {
+        self.0.into_iter().map(|(kind, (n, examples))| format!("{kind}: {n} (e.g. {})", examples.join("; "))).collect()
+    }
+}
+
+/// What clients and operators were told against what the database holds, once the run is
+/// quiet. Holds run out and are cancelled during the run, so a client told `201` need not hold
+/// its seat at the end; it must unless its hold ran out or a cancel was sent for its code. Every
+/// rule here is one the protocol can never break, whatever the timing:
+///
+/// - a client told `201` keeps that seat until its hold ends or a cancel is sent: its row is not
+///   released before, nor taken by another attempt, nor moved to another seat;
+/// - no two clients are told one seat while both their holds run;
+/// - a client told a final refusal never holds a seat for that nonce after the answer;
+/// - nobody holds a seat at the end without having been told (or still waiting to hear);
+/// - a payment accepted stays paid unless cancelled; a cancel answered `released` leaves the
+///   booking not paid; nothing is paid after its hold ran out.
+pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) -> anyhow::Result<Vec<String>> {
+    let rows = final_rows(store, event).await?;
+    let mut cancels: HashMap<&str, Vec<i64>> = HashMap::new();
+    for c in journal.operator.iter().filter(|c| c.call == OperatorCall::Cancel) {
+        cancels.entry(c.code.as_str()).or_default().push(c.sent_ms);
+    }
+    let cancel_sent_by = |code: &str, t: i64| cancels.get(code).is_some_and(|sent| sent.iter().any(|s| *s <= t));
+    let first_cancel = |code: &str| cancels.get(code).and_then(|sent| sent.iter().min().copied()).unwrap_or(i64::MAX);
+    let mut v = Tally::default();
+
+    let admitted: Vec<&Told> = journal.told.iter().filter(|t| t.status == 201).collect();
+    for t in &admitted {
+        let (code, slot, until) = (short(&t.code), t.slot, t.hold_until_ms);
+        match rows.get(&t.code) {
+            None => v.add("a candidate told 201 has no row in the database", format!("{code} told seat {slot}")),
+            Some(r) if r.nonce == t.nonce && r.holds_seat() => {
+                if r.slot != slot {
+                    v.add("a candidate holds another seat than the one it was told", format!("{code} told seat {slot}, holds seat {}", r.slot));
+                }
+            }
+            Some(r) if r.updated_ms < until && !cancel_sent_by(&t.code, r.updated_ms) => {
+                let by = if r.nonce == t.nonce { "released" } else { "taken by another attempt of its code" };
+                v.add(
+                    "a candidate told 201 lost its seat before its hold ran out, with no cancel sent",
+                    format!("{code} told seat {slot} held until {until}, row {by} at {}", r.updated_ms),
+                );
+            }
+            Some(_) => {}
+        }
+    }
+
+    // Two clients told one seat while both believed they held it.
+    let mut by_slot: HashMap<i64, Vec<(i64, i64, &str)>> = HashMap::new();
+    for t in &admitted {
+        let end = t.hold_until_ms.min(first_cancel(&t.code));
+        by_slot.entry(t.slot).or_default().push((t.answered_ms, end, t.code.as_str()));
+    }
+    for (slot, claims) in &by_slot {
+        for (i, a) in claims.iter().enumerate() {
+            for b in &claims[i + 1..] {
+                if a.0.max(b.0) < a.1.min(b.1) {
+                    v.add("no oversell: one seat was told to two candidates whose holds overlap", format!("seat {slot}: {} and {}", short(a.2), short(b.2)));
+                }
+            }
+        }
+    }
+
+    let by_nonce: HashMap<&str, &Told> = journal.told.iter().map(|t| (t.nonce.as_str(), t)).collect();
+    for t in journal.told.iter().filter(|t| t.final_refusal()) {
+        let seen_after = journal.seen.get(&t.nonce).is_some_and(|s| s.last_ms >= t.answered_ms);
+        let holds_now = rows.get(&t.code).is_some_and(|r| r.nonce == t.nonce && r.holds_seat());
+        if seen_after || holds_now {
+            v.add(
+                "a candidate told a final refusal holds a seat for that very attempt (never told it has one)",
+                format!("{} told {} {} at {}", short(&t.code), t.status, t.what, t.answered_ms),
+            );
+        }
+    }
+    for (code, r) in rows.iter().filter(|(_, r)| r.holds_seat()) {
+        let told = by_nonce.get(r.nonce.as_str());
+        if told.is_none_or(|t| t.final_refusal()) {
+            v.add("nothing leaks: a seat is held for a candidate who was never told it has one", format!("{} seat {}", short(code), r.slot));
+        }
+        if r.state == "paid" && r.updated_ms >= r.hold_until_ms {
+            v.add("a booking was paid after its hold ran out", format!("{} paid at {}, hold until {}", short(code), r.updated_ms, r.hold_until_ms));
+        }
+    }
+
+    for c in &journal.operator {
+        let row = rows.get(&c.code);
+        match c.call {
+            OperatorCall::Cancel if c.what == "released" => {
+                if row.is_some_and(|r| r.nonce == c.nonce && r.state == "paid") {
+                    v.add("a cancel was answered released but the booking stays paid", format!("{} ({} {})", short(&c.code), c.status, c.what));
+                }
+            }
+            OperatorCall::Pay if c.status == 200 && !cancels.contains_key(c.code.as_str()) => {
+                if row.is_none_or(|r| r.state != "paid") {
+                    v.add(
+                        "a payment was accepted but the booking is not paid, and no cancel was sent",
+                        format!("{} paid at {}, row now {}", short(&c.code), c.sent_ms, row.map_or("missing", |r| r.state.as_str())),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(v.into_lines())
+}
+
+/// What must hold once every hold has ended and the background passes have run: no hold past
+/// its end, and every release the database made is in Redis too (and acknowledged there).
+pub async fn settled_violations(store: &Store, event: &EventId, now_ms: i64) -> anyhow::Result<Vec<String>> {
+    let rows = final_rows(store, event).await?;
+    let mut v = Vec::new();
+    let outlived = rows.values().filter(|r| r.state == "held" && r.hold_until_ms <= now_ms).count();
+    if outlived > 0 {
+        v.push(format!("nothing leaks: {outlived} holds are still held after their hold ran out"));
+    }
+    let unsynced = rows.values().filter(|r| r.state == "released" && !r.synced).count();
+    if unsynced > 0 {
+        v.push(format!("nothing leaks: {unsynced} releases in the database are not marked done in Redis"));
     }
     Ok(v)
+}
+
+/// The start of a code hash, enough to find it in a report.
+fn short(code: &str) -> &str {
+    &code[..code.len().min(12)]
 }

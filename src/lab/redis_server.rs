@@ -177,32 +177,35 @@ impl RedisServer {
     /// too early: after a diskless sync the primary streams nothing to a replica (not even the
     /// GETACK that WAIT sends) until the replica's first periodic ACK, up to a second later.
     pub fn wait_replicas_online(&self, n: usize) -> anyhow::Result<()> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        let mut probe = redis::pipe();
-        probe.cmd("SET").arg("seatrush:replica-probe").arg(1).ignore().cmd("WAIT").arg(n).arg(50).cmd("DEL").arg("seatrush:replica-probe").ignore();
-        loop {
-            // With min-replicas-to-write set, the probe itself is refused until the replica counts.
-            let acked = match self.command_pipe::<(usize,)>(&probe) {
-                Ok((acked,)) => acked,
-                Err(e) if format!("{e:#}").contains("NOREPLICAS") => {
-                    std::thread::sleep(POLL_INTERVAL);
-                    0
-                }
-                Err(e) => return Err(e),
-            };
-            if acked >= n {
-                return Ok(());
+        wait_replicas_online_at(self.port, n)
+    }
+}
+
+/// [`RedisServer::wait_replicas_online`] for the server on `port`, without holding the server.
+pub fn wait_replicas_online_at(port: u16, n: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut probe = redis::pipe();
+    probe.cmd("SET").arg("seatrush:replica-probe").arg(1).ignore().cmd("WAIT").arg(n).arg(50).cmd("DEL").arg("seatrush:replica-probe").ignore();
+    loop {
+        // With min-replicas-to-write set, the probe itself is refused until the replica counts.
+        let acked = match probe.query::<(usize,)>(&mut sync_connection(port)?).with_context(|| format!("redis on port {port}")) {
+            Ok((acked,)) => acked,
+            Err(e) if format!("{e:#}").contains("NOREPLICAS") => {
+                std::thread::sleep(POLL_INTERVAL);
+                0
             }
-            if Instant::now() > deadline {
-                bail!("redis on port {}: {n} replicas did not acknowledge a write within {START_TIMEOUT:?}", self.port);
-            }
+            Err(e) => return Err(e),
+        };
+        if acked >= n {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("redis on port {port}: {n} replicas did not acknowledge a write within {START_TIMEOUT:?}");
         }
     }
+}
 
-    fn command_pipe<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> anyhow::Result<T> {
-        pipe.query(&mut sync_connection(self.port)?).with_context(|| format!("redis on port {}", self.port))
-    }
-
+impl RedisServer {
     fn poll_info(&self, done: impl Fn(&str) -> bool, what: &str) -> anyhow::Result<()> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {

@@ -2,7 +2,7 @@
 //! selected means several at once. Every fault is undone when its window ends and again, to be
 //! sure, when the run stops.
 
-use super::topology::Topology;
+use super::topology::{BeforeFailover, Topology};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,10 +27,18 @@ pub enum FaultKind {
     Oom,
     /// The database refuses every connection for a while.
     DatabaseDown,
+    /// Another transaction holds the locks every booking write needs, for longer than a client
+    /// waits: writes take seconds (they do not fail), so same-nonce retries overlap writes still
+    /// in flight, and the reaper races them.
+    DatabaseSlow,
+    /// The replica's link to the primary stops carrying bytes while both processes run; the
+    /// primary keeps taking writes no replica gets. The second cut ends with the primary killed,
+    /// so Sentinel promotes the replica that never got them.
+    Partition,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 9] = [
         Self::LostReplies,
         Self::KillServe,
         Self::StallReplica,
@@ -38,6 +46,8 @@ impl FaultKind {
         Self::FailoverAfterStall,
         Self::Oom,
         Self::DatabaseDown,
+        Self::DatabaseSlow,
+        Self::Partition,
     ];
 
     /// (first injection after, period, how long each lasts)
@@ -51,12 +61,22 @@ impl FaultKind {
             Self::FailoverAfterStall => (ms(1_000), ms(60_000), ms(0)),
             Self::Oom => (ms(700), ms(2_500), ms(500)),
             Self::DatabaseDown => (ms(900), ms(3_000), ms(800)),
+            Self::DatabaseSlow => (ms(1_100), ms(6_000), SLOW_WRITE),
+            Self::Partition => (ms(1_300), ms(3_500), ms(1_500)),
         }
     }
 }
 
 /// How long the replica misses writes before the primary dies, in failover-after-stall.
 pub const STALL_BEFORE_FAILOVER: Duration = Duration::from_millis(800);
+
+/// How long the database-slow fault holds the write locks: longer than a client waits for an
+/// answer (`runner::CLIENT_TIMEOUT`), shorter than a writer waits for a lock (SQLite's busy
+/// timeout), so writes are slow, never refused.
+pub const SLOW_WRITE: Duration = Duration::from_millis(3_000);
+
+/// How long the link is cut before the partition fault's failover kills the primary.
+pub const CUT_BEFORE_FAILOVER: Duration = Duration::from_millis(1_200);
 
 /// Share of replies lost while the lost-replies fault is on.
 pub const LOSS_PROBABILITY: f64 = 0.25;
@@ -112,10 +132,13 @@ async fn inject(kind: FaultKind, topo: &Topology, round: usize) -> anyhow::Resul
         FaultKind::LostReplies => topo.dial.set(LOSS_PROBABILITY),
         FaultKind::KillServe => topo.fleet.kill(round),
         FaultKind::StallReplica => topo.with_node(false, |r| r.pause())?,
-        FaultKind::Failover => topo.failover(None).await?,
-        FaultKind::FailoverAfterStall => topo.failover(Some(STALL_BEFORE_FAILOVER)).await?,
+        FaultKind::Failover => topo.failover(BeforeFailover::Nothing).await?,
+        FaultKind::FailoverAfterStall => topo.failover(BeforeFailover::Stall(STALL_BEFORE_FAILOVER)).await?,
         FaultKind::Oom => topo.with_node(true, |p| p.command::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1)))??,
         FaultKind::DatabaseDown => topo.db.set_available(false).await?,
+        FaultKind::DatabaseSlow => topo.db.slow_down().await?,
+        FaultKind::Partition if round == 1 => topo.failover(BeforeFailover::Partition(CUT_BEFORE_FAILOVER)).await?,
+        FaultKind::Partition => topo.partition().await?,
     }
     Ok(())
 }
@@ -141,6 +164,8 @@ pub async fn heal(kind: FaultKind, topo: &Topology) -> anyhow::Result<()> {
             healed?;
         }
         FaultKind::DatabaseDown => topo.db.set_available(true).await?,
+        FaultKind::DatabaseSlow => topo.db.fast_again().await,
+        FaultKind::Partition => topo.heal_partition().await?,
     }
     Ok(())
 }

@@ -4,23 +4,32 @@
 //! what the clients were told. Bounded in time and requests; exits non-zero on any violation.
 
 pub mod inject;
+pub mod operator;
 pub mod proxy;
 pub mod topology;
 
+use crate::domain::event::{now_ms, EventId, EventSpec, LevelName};
 use crate::lab::crowd::{self, Candidate, Outcome, Tally};
-use crate::domain::event::{EventId, EventSpec, LevelName};
-use crate::lab::invariants;
+use crate::lab::invariants::{self, Journal, OperatorCall, Told};
 use anyhow::Context;
 use inject::{FaultKind, Injected};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use topology::{Topology, TopologyOptions, OPERATOR_TOKEN};
+use topology::{Topology, TopologyOptions};
 
 pub const EVENT: &str = "fault-run";
 /// Bound on how long the reaper may take to drain what the faults left pending.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a candidate waits for an answer before it retries with its nonce: shorter than a
+/// slow database write (`inject::SLOW_WRITE`), so retries overlap writes still in flight.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bound on the wait, after the faults, for every hold to end and every release to reach Redis
+/// (on top of the hold itself).
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Holds up to this long are waited out before the check; longer ones are checked while held.
+const WAITED_HOLD_SECONDS_MAX: i64 = 60;
 
 /// One run's settings.
 #[derive(Clone, Debug, clap::Args)]
@@ -58,6 +67,16 @@ pub struct RunConfig {
     /// Redis min-replicas-to-write on the data nodes (0 switches Redis's own guard off)
     #[arg(long, default_value_t = 1)]
     pub min_replicas_to_write: u32,
+    /// Payment window of the run's event: short, so holds run out and are paid or cancelled
+    /// while the faults run
+    #[arg(long, default_value_t = 3)]
+    pub hold_seconds: i64,
+    /// Send no payments or cancels: candidates book, and holds only run out
+    #[arg(long)]
+    pub no_operator_calls: bool,
+    /// Committer connections per serve (at least 2, so group-commit rounds overlap)
+    #[arg(long, default_value_t = 2)]
+    pub commit_connections: usize,
     /// Where the JSON report goes
     #[arg(long)]
     pub report: Option<std::path::PathBuf>,
@@ -80,19 +99,24 @@ pub struct Report {
     pub serve_restarts: usize,
     /// Real candidates told `201` (bots' fake successes excluded).
     pub admitted: usize,
+    pub hold_seconds: i64,
+    pub commit_connections: usize,
+    /// Operator calls sent during the run, and how many were answered paid / released.
+    pub operator_calls: usize,
     pub paid_by_runner: usize,
+    pub cancelled_by_runner: usize,
     pub db_states: BTreeMap<String, i64>,
     pub redis_taken: i64,
     pub violations: Vec<String>,
     pub seconds: f64,
 }
 
-fn spec(seats: i64) -> EventSpec {
+fn spec(seats: i64, hold_seconds: i64) -> EventSpec {
     let level = |s: &str| LevelName::parse(s).expect("valid level");
     EventSpec {
         id: EventId::parse(EVENT).expect("valid id"),
         total_seats: seats,
-        hold_seconds: 3600,
+        hold_seconds,
         opens_at_ms: None,
         closes_at_ms: None,
         levels: BTreeMap::from([(level("A1"), seats * 2 / 5), (level("B1"), seats * 3 / 5), (level("C1"), seats / 3)]),
@@ -119,24 +143,31 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     let started = Instant::now();
     let kinds: Vec<FaultKind> = if config.all_faults { FaultKind::ALL.to_vec() } else { config.faults.clone() };
     let codes: Vec<String> = (1..=config.candidates).map(|i| format!("RUN-{i:06}")).collect();
-    let spec = spec(config.seats);
+    let spec = spec(config.seats, config.hold_seconds);
     let options = TopologyOptions {
         postgres: !config.sqlite,
         serves: config.serves.max(1),
         persist_timeout_ms: config.persist_timeout_ms,
         broken_guard: config.break_guard.clone(),
         min_replicas_to_write: config.min_replicas_to_write,
+        commit_connections: config.commit_connections.max(2),
         bin,
     };
     let topo = Arc::new(Topology::start(&options, &spec, &codes).await.context("starting the deployment")?);
+    let event = spec.id.clone();
 
     let injected = Arc::new(Injected::new(&kinds));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let injectors: Vec<_> =
         kinds.iter().map(|k| tokio::spawn(inject::run(*k, topo.clone(), injected.clone(), stopped.clone()))).collect();
+    let sampler = operator::sample(topo.store.clone(), event.clone(), stopped.clone());
+    let (told_tx, told_rx) = tokio::sync::mpsc::unbounded_channel();
+    let operator = operator::spawn(topo.fleet.urls(), told_rx, !config.no_operator_calls);
 
     let candidates = crowd_of(config.candidates, &codes);
-    let outcomes = paced_burst(&topo, candidates, config).await;
+    let (outcomes, answered_at): (Vec<Outcome>, Vec<i64>) = paced_burst(&topo, candidates, config, told_tx).await.into_iter().unzip();
+    // The faults go on while the operator's last payments and cancels are under way.
+    let operator_answers = operator.await.unwrap_or_default();
 
     let _ = stop.send(true);
     for i in injectors {
@@ -145,12 +176,13 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     for kind in &kinds {
         inject::heal(*kind, &topo).await.with_context(|| format!("healing {kind:?}"))?;
     }
-    if let Err(e) = topo.sale.drain(&spec.id, DRAIN_TIMEOUT).await {
+    if let Err(e) = topo.sale.drain(&event, DRAIN_TIMEOUT).await {
         tracing::warn!(error = %e, "the reaper could not drain; the check reports what is left");
     }
-    let paid = pay_some(&topo, &outcomes).await;
+    let waited_hold = (config.hold_seconds <= WAITED_HOLD_SECONDS_MAX).then_some(config.hold_seconds);
+    settle(&topo, &event, waited_hold).await;
+    let journal = Journal { told: told_of(&outcomes, &answered_at), operator: operator_answers, seen: sampler.await.unwrap_or_default() };
 
-    let event = spec.id.clone();
     let mut conn = match topo.sale.link.check().await {
         Ok(conn) => conn,
         Err(e) => {
@@ -159,8 +191,8 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         }
     };
     let mut violations = invariants::violations(&mut conn, &topo.store, &event).await?;
-    let (told, unsure) = told_by_code(&outcomes);
-    violations.extend(invariants::told_violations(&topo.store, &event, &told, &unsure).await?);
+    violations.extend(invariants::told_violations(&topo.store, &event, &journal).await?);
+    violations.extend(invariants::settled_violations(&topo.store, &event, now_ms()).await?);
     let redis_taken: i64 = redis::cmd("HVALS")
         .arg(crate::redis_io::keys::EventKeys::new(&event).taken)
         .query_async::<Vec<i64>>(&mut conn)
@@ -172,6 +204,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     let topo = Arc::try_unwrap(topo).map_err(|_| anyhow::anyhow!("topology still shared at the end of the run"))?;
     let fleet = topo.shutdown().await;
     let tally = Tally::of(&outcomes);
+    let answered = |call: OperatorCall, what: &str| journal.operator.iter().filter(|a| a.call == call && a.status == 200 && a.what == what).count();
     Ok(Report {
         faults: kinds,
         broken_guard: config.break_guard.clone(),
@@ -185,8 +218,12 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         replies_lost,
         serve_kills: fleet.killed,
         serve_restarts: fleet.restarts,
-        admitted: told.len(),
-        paid_by_runner: paid,
+        admitted: journal.told.iter().filter(|t| t.status == 201).count(),
+        hold_seconds: config.hold_seconds,
+        commit_connections: options.commit_connections,
+        operator_calls: journal.operator.len(),
+        paid_by_runner: answered(OperatorCall::Pay, "paid"),
+        cancelled_by_runner: answered(OperatorCall::Cancel, "released"),
         db_states,
         redis_taken,
         violations,
@@ -194,20 +231,36 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     })
 }
 
+/// A candidate's outcome and when its final answer arrived.
+type Answered = (Outcome, i64);
+
 /// Candidates arrive evenly over the burst window, each retrying with its nonce until a final
-/// answer (bounded by `crowd::TRIES_MAX` and `crowd::ATTEMPT_DEADLINE`).
-async fn paced_burst(topo: &Topology, candidates: Vec<Candidate>, config: &RunConfig) -> Vec<Outcome> {
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("client builds");
+/// answer (bounded by `crowd::TRIES_MAX` and `crowd::ATTEMPT_DEADLINE`). Every real `201` goes
+/// to the operator (`told`) the moment it arrives.
+async fn paced_burst(
+    topo: &Topology,
+    candidates: Vec<Candidate>,
+    config: &RunConfig,
+    told: tokio::sync::mpsc::UnboundedSender<(String, Told)>,
+) -> Vec<Answered> {
+    let client = reqwest::Client::builder().timeout(CLIENT_TIMEOUT).build().expect("client builds");
     let urls: Arc<Vec<String>> =
         Arc::new(topo.client_urls.iter().map(|u| format!("{u}/api/events/{EVENT}/bookings")).collect());
     let gate = Arc::new(tokio::sync::Semaphore::new(config.concurrency.max(1)));
     let gap = Duration::from_millis(config.burst_ms) / candidates.len().max(1) as u32;
     let mut tasks = Vec::with_capacity(candidates.len());
     for (i, candidate) in candidates.into_iter().enumerate() {
-        let (client, urls, gate) = (client.clone(), urls.clone(), gate.clone());
+        let (client, urls, gate, told) = (client.clone(), urls.clone(), gate.clone(), told.clone());
         tasks.push(tokio::spawn(async move {
             let _permit = gate.acquire_owned().await.expect("semaphore never closed");
-            crowd::attempt(&client, &urls, i, candidate).await
+            let outcome = crowd::attempt(&client, &urls, i, candidate).await;
+            let answered_ms = now_ms();
+            if outcome.status == 201 && !outcome.candidate.bot {
+                if let Some(t) = told_one(&outcome, answered_ms) {
+                    let _ = told.send((outcome.candidate.code.clone(), t));
+                }
+            }
+            (outcome, answered_ms)
         }));
         tokio::time::sleep(gap).await;
     }
@@ -218,39 +271,49 @@ async fn paced_burst(topo: &Topology, candidates: Vec<Candidate>, config: &RunCo
     outcomes
 }
 
-/// Pays every third admitted booking through the operator API, so the end state has paid rows.
-async fn pay_some(topo: &Topology, outcomes: &[Outcome]) -> usize {
-    let client = reqwest::Client::new();
-    let base = &topo.fleet.urls()[0];
-    let mut paid = 0;
-    for o in outcomes.iter().filter(|o| o.status == 201 && !o.candidate.bot).step_by(3) {
-        let url = format!("{base}/api/events/{EVENT}/bookings/{}/payment", o.candidate.code);
-        if let Ok(r) = client.post(url).bearer_auth(OPERATOR_TOKEN).send().await {
-            paid += usize::from(r.status().is_success());
+/// Waits until the run is quiet: every hold ended (paid, cancelled or run out) when
+/// `waited_hold` is set, every release marked done in Redis, nothing pending. Bounded; whatever
+/// is left is for the checks to report.
+async fn settle(topo: &Topology, event: &EventId, waited_hold: Option<i64>) {
+    let wait_holds = waited_hold.is_some();
+    let deadline = Instant::now() + SETTLE_TIMEOUT + Duration::from_secs(waited_hold.unwrap_or(0).max(0) as u64);
+    loop {
+        let pending = topo.sale.drain(event, Duration::from_secs(5)).await.unwrap_or(-1);
+        let held = topo.store.state_counts(event).await.map(|c| c.get("held").copied().unwrap_or(0)).unwrap_or(-1);
+        let unsettled = invariants::settled_violations(&topo.store, event, now_ms()).await.map(|v| v.len()).unwrap_or(1);
+        if pending == 0 && unsettled == 0 && (!wait_holds || held == 0) {
+            return;
         }
+        if Instant::now() > deadline {
+            tracing::warn!(pending, held, unsettled, "the run did not settle; the checks report what is left");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    paid
 }
 
-/// Code hash -> slot of every real 201, and the codes whose candidates never got a final answer.
-fn told_by_code(outcomes: &[Outcome]) -> (BTreeMap<String, i64>, HashSet<String>) {
-    let hasher = &crate::domain::code::CodeHasher::from_env();
-    let hash = |c: &str| crate::domain::code::NormalisedCode::parse(c).ok().map(|n| hasher.hash(&n).to_string());
-    let mut told = BTreeMap::new();
-    let mut unsure = HashSet::new();
-    for o in outcomes.iter().filter(|o| !o.candidate.bot) {
-        let Some(code) = hash(&o.candidate.code) else { continue };
-        match o.status {
-            201 => {
-                told.insert(code, o.body["slot"].as_i64().unwrap_or(0));
-            }
-            0 | 503 => {
-                unsure.insert(code);
-            }
-            _ => {}
-        }
-    }
-    (told, unsure)
+/// What every real candidate was told, by code hash and nonce.
+fn told_of(outcomes: &[Outcome], answered_at: &[i64]) -> Vec<Told> {
+    assert_eq!(outcomes.len(), answered_at.len(), "one answer time per outcome");
+    outcomes.iter().zip(answered_at).filter(|(o, _)| !o.candidate.bot).filter_map(|(o, at)| told_one(o, *at)).collect()
+}
+
+fn told_one(o: &Outcome, answered_ms: i64) -> Option<Told> {
+    let hasher = crate::domain::code::CodeHasher::from_env();
+    let code = hasher.hash(&crate::domain::code::NormalisedCode::parse(&o.candidate.code).ok()?).to_string();
+    let hold_until_ms = o.body["hold_until"]
+        .as_str()
+        .and_then(|s| time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok())
+        .map_or(0, |t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
+    Some(Told {
+        code,
+        nonce: o.nonce.clone(),
+        status: o.status,
+        what: o.body["status"].as_str().unwrap_or("no_answer").to_owned(),
+        slot: o.body["slot"].as_i64().unwrap_or(0),
+        hold_until_ms,
+        answered_ms,
+    })
 }
 
 impl Report {
@@ -259,7 +322,8 @@ impl Report {
         println!("  {} candidates for {} seats, {} requests, {} retries, {} without a final answer", self.candidates, self.seats, self.requests, self.retries, self.gave_up);
         println!("  answers: {:?}", self.answers);
         println!("  faults injected: {:?}; replies lost {}; serve kills {} (restarts {})", self.faults_injected, self.replies_lost, self.serve_kills, self.serve_restarts);
-        println!("  admitted (told 201): {}; paid by the runner: {}; database rows: {:?}; Redis counts taken: {}", self.admitted, self.paid_by_runner, self.db_states, self.redis_taken);
+        println!("  admitted (told 201): {}; hold {} s; {} committer connections per serve", self.admitted, self.hold_seconds, self.commit_connections);
+        println!("  operator calls: {} ({} paid, {} cancelled); database rows: {:?}; Redis counts taken: {}", self.operator_calls, self.paid_by_runner, self.cancelled_by_runner, self.db_states, self.redis_taken);
         println!("  violations: {}", self.violations.len());
         for v in &self.violations {
             println!("    - {v}");

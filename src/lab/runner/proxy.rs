@@ -81,3 +81,66 @@ async fn relay(client: TcpStream, server: TcpStream, dial: Arc<LossDial>) -> std
         r = downstream => r,
     }
 }
+
+/// The switch of a link proxy: while it is off, the proxy reads nothing from either side, so the
+/// bytes stay where a cut network would leave them (the senders' buffers) while both ends run.
+#[derive(Debug)]
+pub struct LinkSwitch(tokio::sync::watch::Sender<bool>);
+
+impl LinkSwitch {
+    /// Stops (false) or restores (true) forwarding on every connection of the proxy.
+    pub fn forward(&self, on: bool) {
+        self.0.send_replace(on);
+    }
+}
+
+/// A plain two-way proxy to `upstream` (a Redis replica's link to its primary) with a switch
+/// instead of a loss dial. Returns the proxy's address, its switch, and the accept loop's handle
+/// (abort it to stop taking new connections).
+pub async fn start_link(upstream: String) -> std::io::Result<(String, Arc<LinkSwitch>, tokio::task::JoinHandle<()>)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?.to_string();
+    let switch = Arc::new(LinkSwitch(tokio::sync::watch::Sender::new(true)));
+    let on = switch.clone();
+    let accept = tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let (upstream, on) = (upstream.clone(), on.0.subscribe());
+            tokio::spawn(async move {
+                if let Ok(server) = TcpStream::connect(&upstream).await {
+                    let _ = client.set_nodelay(true);
+                    let _ = server.set_nodelay(true);
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    tokio::select! {
+                        _ = pump(client_read, server_write, on.clone()) => {}
+                        _ = pump(server_read, client_write, on) => {}
+                    }
+                }
+            });
+        }
+    });
+    Ok((addr, switch, accept))
+}
+
+/// Copies one direction, reading only while the switch is on.
+async fn pump(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, mut on: tokio::sync::watch::Receiver<bool>) -> std::io::Result<()> {
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    loop {
+        if on.wait_for(|on| *on).await.is_err() {
+            return Ok(());
+        }
+        // A read waiting when the switch goes off is abandoned (reads are cancel-safe), so
+        // nothing that arrives during the cut is carried; a chunk already read waits for the heal.
+        let n = tokio::select! {
+            n = from.read(&mut buf) => n?,
+            _ = on.wait_for(|on| !*on) => continue,
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        if on.wait_for(|on| *on).await.is_err() {
+            return Ok(());
+        }
+        to.write_all(&buf[..n]).await?;
+    }
+}

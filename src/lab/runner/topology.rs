@@ -2,13 +2,13 @@
 //! by three Sentinels, a database of its own, a fleet of `serve` processes that find the primary
 //! through Sentinel, and a reply-losing proxy in front of each `serve`.
 
-use super::proxy::{self, LossDial};
+use super::proxy::{self, LinkSwitch, LossDial};
 use crate::domain::code::{CodeHasher, NormalisedCode};
 use crate::domain::event::EventSpec;
 use crate::fault_hooks::FaultPlan;
 use crate::lab::fleet::{Fleet, ServeSpec};
 use crate::redis_io::link::RedisLink;
-use crate::lab::redis_server::{RedisOptions, RedisServer};
+use crate::lab::redis_server::{command_at, RedisOptions, RedisServer};
 use crate::sale::{Sale, SaleSettings};
 use crate::store::Store;
 use anyhow::{bail, Context};
@@ -30,6 +30,8 @@ pub struct TopologyOptions {
     pub broken_guard: Option<String>,
     /// Redis's own guard: a primary with fewer good replicas refuses writes.
     pub min_replicas_to_write: u32,
+    /// Committer connections per `serve` (two or more, so rounds overlap).
+    pub commit_connections: usize,
     /// The `seatrush` binary the fleet runs.
     pub bin: std::path::PathBuf,
 }
@@ -38,8 +40,19 @@ pub struct TopologyOptions {
 pub struct RunDb {
     pub url: String,
     pub pg_name: Option<String>,
+    /// The connection holding the write locks while the database-slow fault is on.
+    slow: tokio::sync::Mutex<Option<SlowLock>>,
     _dir: Option<tempfile::TempDir>,
 }
+
+/// An open transaction that holds what every booking write needs.
+enum SlowLock {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+/// How long the database-slow fault's own connection waits for SQLite's write lock.
+const SLOW_LOCK_WAIT: Duration = Duration::from_secs(5);
 
 pub const POSTGRES_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
@@ -48,12 +61,12 @@ impl RunDb {
         if !postgres {
             let dir = tempfile::tempdir()?;
             let url = format!("sqlite://{}", dir.path().join("faults.db").display());
-            return Ok(Self { url, pg_name: None, _dir: Some(dir) });
+            return Ok(Self { url, pg_name: None, slow: Default::default(), _dir: Some(dir) });
         }
         let name = format!("seatrush_faults_{}", uuid::Uuid::new_v4().simple());
         let admin = sqlx::PgPool::connect(POSTGRES_ADMIN_URL).await.context("the fault runner's database needs PostgreSQL on 127.0.0.1:5432")?;
         sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await?;
-        Ok(Self { url: format!("postgres://postgres@127.0.0.1:5432/{name}"), pg_name: Some(name), _dir: None })
+        Ok(Self { url: format!("postgres://postgres@127.0.0.1:5432/{name}"), pg_name: Some(name), slow: Default::default(), _dir: None })
     }
 
     /// Makes the database refuse every connection (and ends the open ones), or lets them in again.
@@ -69,6 +82,47 @@ impl RunDb {
         }
         admin.close().await;
         Ok(())
+    }
+
+    /// Makes every booking write wait (not fail) until [`RunDb::fast_again`]: SQLite's write
+    /// lock, or PostgreSQL's event and level rows, held by an open transaction.
+    pub async fn slow_down(&self) -> anyhow::Result<()> {
+        use sqlx::Connection;
+        let mut slow = self.slow.lock().await;
+        if slow.is_some() {
+            return Ok(());
+        }
+        *slow = Some(if self.pg_name.is_some() {
+            let mut conn = sqlx::PgConnection::connect(&self.url).await?;
+            sqlx::query("BEGIN").execute(&mut conn).await?;
+            sqlx::query("SELECT 1 FROM events FOR UPDATE").execute(&mut conn).await?;
+            sqlx::query("SELECT 1 FROM levels FOR UPDATE").execute(&mut conn).await?;
+            SlowLock::Postgres(conn)
+        } else {
+            use std::str::FromStr;
+            let options = sqlx::sqlite::SqliteConnectOptions::from_str(&self.url)?.busy_timeout(SLOW_LOCK_WAIT);
+            let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
+            sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await?;
+            SlowLock::Sqlite(conn)
+        });
+        Ok(())
+    }
+
+    /// Lets the writes waiting on [`RunDb::slow_down`] go (harmless when it is not on).
+    pub async fn fast_again(&self) {
+        use sqlx::Connection;
+        // Closing ends the transaction either way; a database-down fault may have ended it first.
+        match self.slow.lock().await.take() {
+            Some(SlowLock::Sqlite(mut conn)) => {
+                let _ = sqlx::query("ROLLBACK").execute(&mut conn).await;
+                let _ = conn.close().await;
+            }
+            Some(SlowLock::Postgres(mut conn)) => {
+                let _ = sqlx::query("ROLLBACK").execute(&mut conn).await;
+                let _ = conn.close().await;
+            }
+            None => {}
+        }
     }
 
     pub async fn drop_database(&self) {
@@ -96,7 +150,26 @@ pub struct Topology {
     pub dial: Arc<LossDial>,
     min_replicas_to_write: u32,
     failing_over: tokio::sync::Mutex<()>,
+    /// The replica's link while the partition fault has it cut.
+    partition: tokio::sync::Mutex<Option<Partition>>,
     _logs: tempfile::TempDir,
+}
+
+/// A replica whose link to the primary runs through a proxy that has stopped forwarding.
+struct Partition {
+    replica: u16,
+    switch: Arc<LinkSwitch>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+/// What happens to the replica before a failover kills the primary.
+#[derive(Clone, Copy, Debug)]
+pub enum BeforeFailover {
+    Nothing,
+    /// SIGSTOP on the replica, and the primary drops its link.
+    Stall(Duration),
+    /// The replica's link stops carrying bytes while both processes run.
+    Partition(Duration),
 }
 
 /// A primary cut off from its replica stops taking writes (min-replicas-to-write) instead of
@@ -152,6 +225,7 @@ impl Topology {
             ("SEATRUSH_REAPER_INTERVAL_MS".into(), "200".into()),
             ("SEATRUSH_OPERATOR_TOKEN".into(), OPERATOR_TOKEN.into()),
             ("SEATRUSH_LOG".into(), "warn".into()),
+            ("SEATRUSH_COMMIT_CONNECTIONS".into(), options.commit_connections.max(2).to_string()),
         ];
         if let Some(guard) = &options.broken_guard {
             env.push(("SEATRUSH_BREAK_GUARD".into(), guard.clone()));
@@ -175,6 +249,7 @@ impl Topology {
             dial,
             min_replicas_to_write: options.min_replicas_to_write,
             failing_over: tokio::sync::Mutex::new(()),
+            partition: tokio::sync::Mutex::new(None),
             _logs: logs,
         })
     }
@@ -215,12 +290,16 @@ impl Topology {
     /// back on its port as a replica of the new primary. With `stall_first`, the replica is
     /// stalled for a while before the kill, so the promoted replica lacks the primary's last
     /// writes: only what a replica acknowledged survives.
-    pub async fn failover(&self, stall_first: Option<Duration>) -> anyhow::Result<()> {
+    pub async fn failover(&self, before: BeforeFailover) -> anyhow::Result<()> {
         // One failover at a time: a second kill while Sentinel is still promoting would leave no
         // node with the data.
         let _one_at_a_time = self.failing_over.lock().await;
         let old = self.primary_port()?;
-        if let Some(stall) = stall_first {
+        if let BeforeFailover::Partition(cut) = before {
+            self.cut_link().await?;
+            tokio::time::sleep(cut).await;
+        }
+        if let BeforeFailover::Stall(stall) = before {
             // SIGSTOP alone loses nothing (the kernel still buffers what the primary sends), so
             // the primary also drops its replica link: what it writes from here on exists only
             // on the primary.
@@ -246,6 +325,11 @@ impl Topology {
                 _ => {}
             }
         };
+        // The promoted replica dropped its proxied link; the proxy can go (the run's end heals
+        // again if this fails).
+        if let Err(e) = self.mend_link().await {
+            tracing::warn!(error = %e, "partition not mended after the failover");
+        }
         let min = self.min_replicas_to_write;
         let node = tokio::task::spawn_blocking(move || RedisServer::start(&data_node(Some(new), Some(old), min))).await??;
         self.redis.lock().expect("redis lock").push(node);
@@ -259,6 +343,58 @@ impl Topology {
                 bail!("the new primary has no replica acknowledging writes within {SENTINEL_TIMEOUT:?}");
             }
         }
+    }
+
+    /// The partition fault: the replica's link to the primary stops carrying bytes while both
+    /// processes run (SIGSTOP cannot do this: the kernel keeps buffering the stream).
+    pub async fn partition(&self) -> anyhow::Result<()> {
+        let _not_during_a_failover = self.failing_over.lock().await;
+        self.cut_link().await
+    }
+
+    /// Ends the partition: the proxy forwards again, then the replica is pointed straight at
+    /// the primary (a partial resync), so Sentinel never sees it follow an unknown address.
+    pub async fn heal_partition(&self) -> anyhow::Result<()> {
+        let _not_during_a_failover = self.failing_over.lock().await;
+        self.mend_link().await
+    }
+
+    /// Routes the replica's link through a switchable proxy (a partial resync through it), waits
+    /// until writes are acknowledged through it, then switches it off. The primary keeps counting
+    /// the replica as good for `min-replicas-max-lag`, so it keeps taking writes nobody copies.
+    async fn cut_link(&self) -> anyhow::Result<()> {
+        let mut partition = self.partition.lock().await;
+        if partition.is_some() {
+            return Ok(());
+        }
+        let primary = self.primary_port()?;
+        let replica = self.with_node(false, |r| r.port)?;
+        let (addr, switch, accept) = proxy::start_link(format!("127.0.0.1:{primary}")).await?;
+        let via: u16 = addr.rsplit(':').next().and_then(|p| p.parse().ok()).context("proxy address")?;
+        *partition = Some(Partition { replica, switch: switch.clone(), accept });
+        let route = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(via).clone();
+        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+            command_at::<()>(replica, &route)?;
+            crate::lab::redis_server::wait_replicas_online_at(primary, 1)
+        })
+        .await??;
+        switch.forward(false);
+        Ok(())
+    }
+
+    async fn mend_link(&self) -> anyhow::Result<()> {
+        let mut partition = self.partition.lock().await;
+        let Some(cut) = partition.as_ref() else { return Ok(()) };
+        cut.switch.forward(true);
+        if !self.is_master(cut.replica) {
+            let (replica, primary) = (cut.replica, self.primary_port()?);
+            let direct = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary).clone();
+            tokio::task::spawn_blocking(move || command_at::<()>(replica, &direct)).await??;
+        }
+        if let Some(cut) = partition.take() {
+            cut.accept.abort();
+        }
+        Ok(())
     }
 
     pub async fn shutdown(self) -> crate::lab::fleet::FleetReport {

@@ -1,0 +1,153 @@
+//! The operator's side of a run: payments and cancels sent while the faults run, on bookings a
+//! candidate was just told about, so releases and expiries race failovers, partitions, stalls
+//! and slow writes. And a sampler that records which attempts (nonces) the database holds seats
+//! for, and when, so the checker can judge a refusal even after the seat's hold ran out.
+
+use super::topology::OPERATOR_TOKEN;
+use super::EVENT;
+use crate::domain::event::{now_ms, EventId};
+use crate::lab::invariants::{OperatorAnswer, OperatorCall, Seen, Told};
+use crate::store::Store;
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// How long one operator call keeps retrying (503, lost connection, a `serve` restarting).
+const CALL_DEADLINE: Duration = Duration::from_secs(10);
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+const CALL_BACKOFF: Duration = Duration::from_millis(100);
+/// How often the sampler reads the seats the database holds.
+const SAMPLE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// What the runner does with one booking it was told about. Shares (per mille) chosen so every
+/// kind of race happens many times in a run, and most holds still run out unpaid.
+#[derive(Clone, Copy, Debug)]
+enum Plan {
+    /// Pay at a random moment of the hold.
+    Pay,
+    /// Pay, then cancel the paid booking.
+    PayThenCancel,
+    /// Cancel the held booking.
+    Cancel,
+    /// Pay and cancel at the same moment: whichever commits first wins, and the answers agree.
+    PayAndCancel,
+    /// Pay around the moment the hold runs out, racing the expiry.
+    PayAtExpiry,
+    /// Leave it to expire.
+    Expire,
+}
+
+fn plan() -> Plan {
+    match rand::random_range(0..1000) {
+        0..300 => Plan::Pay,
+        300..400 => Plan::PayThenCancel,
+        400..500 => Plan::Cancel,
+        500..550 => Plan::PayAndCancel,
+        550..650 => Plan::PayAtExpiry,
+        _ => Plan::Expire,
+    }
+}
+
+/// Takes every `(raw code, 201)` from `told` as candidates get them and carries out a plan for
+/// each (none unless `calls`); returns every call's answer once `told` is closed and the last
+/// plan is done.
+pub fn spawn(base_urls: Vec<String>, mut told: mpsc::UnboundedReceiver<(String, Told)>, calls: bool) -> tokio::task::JoinHandle<Vec<OperatorAnswer>> {
+    tokio::spawn(async move {
+        let client = reqwest::Client::builder().timeout(CALL_TIMEOUT).build().expect("client builds");
+        let mut plans = tokio::task::JoinSet::new();
+        let mut n = 0usize;
+        while let Some((raw, t)) = told.recv().await {
+            let (client, base) = (client.clone(), base_urls[n % base_urls.len().max(1)].clone());
+            n += 1;
+            let plan = if calls { plan() } else { Plan::Expire };
+            plans.spawn(async move { carry_out(&client, &base, &raw, &t, plan).await });
+        }
+        let mut answers = Vec::new();
+        while let Some(done) = plans.join_next().await {
+            answers.extend(done.unwrap_or_default());
+        }
+        answers
+    })
+}
+
+async fn carry_out(client: &reqwest::Client, base: &str, raw: &str, t: &Told, plan: Plan) -> Vec<OperatorAnswer> {
+    let left_ms = (t.hold_until_ms - now_ms()).max(0) as u64;
+    let some_of_hold = || Duration::from_millis(rand::random_range(0..=left_ms * 4 / 5));
+    let call = |c| call(client, base, raw, t, c);
+    match plan {
+        Plan::Pay => {
+            tokio::time::sleep(some_of_hold()).await;
+            vec![call(OperatorCall::Pay).await]
+        }
+        Plan::PayThenCancel => {
+            tokio::time::sleep(some_of_hold()).await;
+            let paid = call(OperatorCall::Pay).await;
+            tokio::time::sleep(Duration::from_millis(rand::random_range(0..1_000))).await;
+            vec![paid, call(OperatorCall::Cancel).await]
+        }
+        Plan::Cancel => {
+            tokio::time::sleep(some_of_hold()).await;
+            vec![call(OperatorCall::Cancel).await]
+        }
+        Plan::PayAndCancel => {
+            tokio::time::sleep(some_of_hold()).await;
+            let (paid, cancelled) = tokio::join!(call(OperatorCall::Pay), call(OperatorCall::Cancel));
+            vec![paid, cancelled]
+        }
+        Plan::PayAtExpiry => {
+            let around = Duration::from_millis(left_ms) + Duration::from_millis(rand::random_range(0..400));
+            tokio::time::sleep(around.saturating_sub(Duration::from_millis(200))).await;
+            vec![call(OperatorCall::Pay).await]
+        }
+        Plan::Expire => Vec::new(),
+    }
+}
+
+/// One operator call, retried on 503 and lost connections until a final answer or the deadline.
+async fn call(client: &reqwest::Client, base: &str, raw: &str, t: &Told, call: OperatorCall) -> OperatorAnswer {
+    let path = match call {
+        OperatorCall::Pay => "payment",
+        OperatorCall::Cancel => "cancel",
+    };
+    let url = format!("{base}/api/events/{EVENT}/bookings/{raw}/{path}");
+    let sent_ms = now_ms();
+    let started = std::time::Instant::now();
+    let (mut status, mut what) = (0u16, String::new());
+    while started.elapsed() < CALL_DEADLINE {
+        if let Ok(r) = client.post(&url).bearer_auth(OPERATOR_TOKEN).send().await {
+            status = r.status().as_u16();
+            let body: serde_json::Value = r.json().await.unwrap_or_default();
+            what = body["status"].as_str().unwrap_or_default().to_owned();
+            if status != 503 {
+                break;
+            }
+        }
+        tokio::time::sleep(CALL_BACKOFF).await;
+    }
+    if status == 503 {
+        status = 0;
+    }
+    OperatorAnswer { code: t.code.clone(), nonce: t.nonce.clone(), call, sent_ms, status, what }
+}
+
+/// Reads the seats the database holds every `SAMPLE_INTERVAL` until `stop`; returns, per nonce,
+/// when it was seen holding one. A row counts as seen at the moment its read began (the read
+/// saw it at that moment or later), so "seen after" is never claimed early.
+pub fn sample(store: Store, event: EventId, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<HashMap<String, Seen>> {
+    tokio::spawn(async move {
+        let mut seen: HashMap<String, Seen> = HashMap::new();
+        loop {
+            let at = now_ms();
+            // The database may be down (a fault): the next read tries again.
+            if let Ok(rows) = store.seat_holders(&event).await {
+                for r in rows {
+                    seen.entry(r.nonce).and_modify(|s| s.last_ms = at).or_insert(Seen { slot: r.slot, first_ms: at, last_ms: at });
+                }
+            }
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return seen,
+                _ = tokio::time::sleep(SAMPLE_INTERVAL) => {}
+            }
+        }
+    })
+}
