@@ -50,7 +50,7 @@ pub enum Command {
     /// Fault runner: a loopback deployment driven through faults, then the invariants checked
     Faults(crate::lab::runner::RunConfig),
     /// Load generator for the booking API, and the contention comparison (`bench strategies`)
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
 }
 
 #[derive(Subcommand, Debug)]

@@ -18,6 +18,7 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    seatrush::fault_hooks::check_environment()?;
     let s = &cli.settings;
     match cli.command {
         Command::Event { action: EventAction::Apply { file } } => {

@@ -182,7 +182,7 @@ pub fn sale_settings(settings: &Settings) -> SaleSettings {
 pub async fn build_app(settings: &Settings) -> anyhow::Result<AppState> {
     let (link, store) = connect(settings).await?;
     require_noeviction(&mut link.check().await?).await?;
-    let sale = Sale::new(Arc::new(link), store, sale_settings(settings), FaultPlan::from_env());
+    let sale = Sale::new(Arc::new(link), store, sale_settings(settings), FaultPlan::from_env()?);
     if sale.settings.allowlist_in_memory {
         sale.allowlist.warm(&sale.catalog).await?;
     }

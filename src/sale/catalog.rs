@@ -63,8 +63,11 @@ impl EventView {
 /// Cached event views.
 pub struct Catalog {
     link: Arc<RedisLink>,
-    cache: RwLock<HashMap<EventId, (Option<Arc<EventView>>, Instant)>>,
+    cache: RwLock<HashMap<EventId, Cached>>,
 }
+
+/// An event as last read (None: never opened), and when it was read.
+type Cached = (Option<Arc<EventView>>, Instant);
 
 impl Catalog {
     pub fn new(link: Arc<RedisLink>) -> Self {

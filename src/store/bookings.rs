@@ -300,6 +300,7 @@ impl Store {
 
     async fn rows_with_event(&self, sql: &str, arg: i64, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
         on_pool!(self, pool => {
+            #[allow(clippy::type_complexity)] // the flat row `query_as` decodes: event id, then `ROW_COLUMNS`
             let rows: Vec<(String, String, String, String, i64, String, String, i64, i64)> =
                 sqlx::query_as(sql).bind(arg).bind(limit).fetch_all(pool).await?;
             Ok(rows.into_iter().filter_map(|(ev, a, b, c, d, e, f, g, h)| {

@@ -9,6 +9,10 @@ use std::collections::BTreeMap;
 /// bind-parameter limits.
 const IMPORT_BATCH_ROWS: usize = 5_000;
 
+/// An `events` row as `query_as` decodes it: total_seats, hold_seconds, opens_at_ms,
+/// closes_at_ms, state.
+type EventRow = (i64, i64, Option<i64>, Option<i64>, String);
+
 /// An event as the database holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredEvent {
@@ -63,7 +67,7 @@ impl Store {
 
     pub async fn event(&self, id: &EventId) -> Result<StoredEvent, StoreError> {
         on_pool!(self, pool => {
-            let row: Option<(i64, i64, Option<i64>, Option<i64>, String)> = sqlx::query_as(
+            let row: Option<EventRow> = sqlx::query_as(
                 "SELECT total_seats, hold_seconds, opens_at_ms, closes_at_ms, state FROM events WHERE id = $1",
             ).bind(id.as_str()).fetch_optional(pool).await?;
             let (total_seats, hold_seconds, opens_at_ms, closes_at_ms, state) =

@@ -1,6 +1,7 @@
 //! Crash safety: real `seatrush serve` processes kill themselves (SIGKILL) at every point of the
 //! request path while a crowd books through them, retrying with its nonces. Once the reaper has
 //! run, the seats held equal the bookings clients were told about, and the three invariants hold.
+//! The crash points are fault hooks: these tests need `--features fault-hooks`.
 
 use crate::helpers::{spawn_app, AppOptions, Backend, TestApp};
 use seatrush::lab::crowd::{self, Candidate, Tally};
@@ -81,11 +82,13 @@ async fn crash_burst(backend: Backend, crash_at: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "fault-hooks"), ignore = "needs SEATRUSH_CRASH_AT: run with --features fault-hooks")]
 async fn serve_killed_at_every_point_of_the_request_path_leaks_no_seat_sqlite() {
     crash_burst(Backend::Sqlite, "after_admit,after_wait,after_persist").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "fault-hooks"), ignore = "needs SEATRUSH_CRASH_AT: run with --features fault-hooks")]
 async fn serve_killed_at_every_point_of_the_request_path_leaks_no_seat_postgres() {
     crash_burst(Backend::Postgres, "after_admit,after_wait,after_persist").await;
 }

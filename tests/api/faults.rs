@@ -131,6 +131,7 @@ async fn a_partitioned_replication_link_breaks_no_invariant() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "fault-hooks"), ignore = "needs SEATRUSH_BREAK_GUARD: run with --features fault-hooks")]
 async fn the_checker_reports_violations_when_the_retry_guard_is_off() {
     let mut c = config(vec![FaultKind::LostReplies]);
     c.break_guard = Some("retry-check".into());
@@ -143,6 +144,7 @@ async fn the_checker_reports_violations_when_the_retry_guard_is_off() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "fault-hooks"), ignore = "needs SEATRUSH_BREAK_GUARD: run with --features fault-hooks")]
 async fn the_checker_reports_violations_when_wait_is_skipped() {
     let mut c = config(vec![FaultKind::FailoverAfterStall]);
     c.min_replicas_to_write = 0;

@@ -140,6 +140,12 @@ fn crowd_of(n: usize, codes: &[String]) -> Vec<Candidate> {
 }
 
 pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<Report> {
+    if let Some(guard) = &config.break_guard {
+        anyhow::ensure!(
+            crate::fault_hooks::COMPILED_IN,
+            "--break-guard {guard} needs the fault hooks: build with `--features fault-hooks`"
+        );
+    }
     let started = Instant::now();
     let kinds: Vec<FaultKind> = if config.all_faults { FaultKind::ALL.to_vec() } else { config.faults.clone() };
     let codes: Vec<String> = (1..=config.candidates).map(|i| format!("RUN-{i:06}")).collect();
