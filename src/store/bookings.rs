@@ -282,7 +282,7 @@ impl Store {
             tx.commit().await?;
             true
         });
-        Ok(released.then(|| row))
+        Ok(released.then_some(row))
     }
 
     /// Held bookings whose hold ran out by the database's clock, oldest first.
