@@ -268,18 +268,14 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
     for c in &journal.operator {
         let row = rows.get(&c.code);
         match c.call {
-            OperatorCall::Cancel if c.what == "released" => {
-                if row.is_some_and(|r| r.nonce == c.nonce && r.state == "paid") {
-                    v.add("a cancel was answered released but the booking stays paid", format!("{} ({} {})", short(&c.code), c.status, c.what));
-                }
+            OperatorCall::Cancel if c.what == "released" && row.is_some_and(|r| r.nonce == c.nonce && r.state == "paid") => {
+                v.add("a cancel was answered released but the booking stays paid", format!("{} ({} {})", short(&c.code), c.status, c.what));
             }
-            OperatorCall::Pay if c.status == 200 && !cancels.contains_key(c.code.as_str()) => {
-                if row.is_none_or(|r| r.state != "paid") {
-                    v.add(
-                        "a payment was accepted but the booking is not paid, and no cancel was sent",
-                        format!("{} paid at {}, row now {}", short(&c.code), c.sent_ms, row.map_or("missing", |r| r.state.as_str())),
-                    );
-                }
+            OperatorCall::Pay if c.status == 200 && !cancels.contains_key(c.code.as_str()) && row.is_none_or(|r| r.state != "paid") => {
+                v.add(
+                    "a payment was accepted but the booking is not paid, and no cancel was sent",
+                    format!("{} paid at {}, row now {}", short(&c.code), c.sent_ms, row.map_or("missing", |r| r.state.as_str())),
+                );
             }
             _ => {}
         }
