@@ -1,6 +1,7 @@
 //! The fault runner in CI: a short run of every fault kind with zero violations, all of them at
-//! once, and the checker proving it can fail when a guard is switched off. Every run has two
-//! committer connections per `serve`.
+//! once, and the checker proving it can fail when a guard is switched off. Every run holds seats
+//! for three seconds and pays and cancels while its faults run (so releases and expiries race
+//! them), with two committer connections per `serve`.
 
 use seatrush::lab::runner::inject::FaultKind;
 use seatrush::lab::runner::{self, Report, RunConfig};
@@ -18,10 +19,8 @@ fn config(faults: Vec<FaultKind>) -> RunConfig {
         persist_timeout_ms: 1_000,
         break_guard: None,
         min_replicas_to_write: 1,
-        // Long holds and no operator calls until the protocol fixes of issue 9 are on main: with
-        // short holds, payments and cancels the runs find holes 3, 8 and 9 (see FAULTS.md).
-        hold_seconds: 3600,
-        no_operator_calls: true,
+        hold_seconds: 3,
+        no_operator_calls: false,
         commit_connections: 2,
         report: None,
     }
@@ -39,6 +38,7 @@ async fn clean_under(kind: FaultKind) -> Report {
     assert_eq!(report.gave_up, 0, "every candidate got a final answer");
     assert!(report.admitted as i64 >= report.seats, "every seat was sold to someone who was told, some twice after a release");
     assert!(report.faults_injected.values().sum::<usize>() > 0, "the fault was injected");
+    assert!(report.paid_by_runner > 0 && report.cancelled_by_runner > 0, "payments and cancels ran during the fault");
     report
 }
 
@@ -128,6 +128,7 @@ async fn a_partitioned_replication_link_breaks_no_invariant() {
     assert!(r.violations.is_empty(), "{:#?}", r.violations);
     assert_eq!(r.gave_up, 0);
     assert!(r.faults_injected["partition"] >= 2, "a plain cut and a cut ending in a failover");
+    assert!(r.paid_by_runner > 0 && r.cancelled_by_runner > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
