@@ -10,6 +10,7 @@ use crate::domain::event::{now_ms, rfc3339_ms, EventId};
 use crate::domain::nonce::Nonce;
 use crate::sale::stats::Stats;
 use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -20,7 +21,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 use utoipa::ToSchema;
 
-/// Longest booking body accepted; a real one is under 300 bytes.
+/// Longest booking body accepted; a real one is under 300 bytes. Set as the route's
+/// `DefaultBodyLimit`, so a longer body is refused before it is read, not buffered first.
 pub const BOOKING_BODY_BYTES_MAX: usize = 4096;
 /// Longest raw string accepted in a field before normalisation.
 const FIELD_CHARS_MAX: usize = 256;
@@ -65,17 +67,20 @@ pub struct AdmittedBody {
     request_body(content = BookingBody, content_type = "application/json"),
     responses(
         (status = 201, description = "admitted (a same-nonce retry gets the same body); also the honeypot's fake answer", body = AdmittedBody),
-        (status = 400, description = "invalid_request: malformed JSON, missing or over-long field, bad code or nonce, unknown level", body = ErrorBody),
+        (status = 400, description = "invalid_request: malformed JSON, a body over 4096 bytes, missing or over-long field, bad code or nonce, unknown level", body = ErrorBody),
         (status = 403, description = "not_open, closed or not_registered", body = ErrorBody),
         (status = 404, description = "not_found: unknown or never opened event", body = ErrorBody),
         (status = 409, description = "already_admitted, level_full or sold_out", body = ErrorBody),
         (status = 503, description = "retry: Redis, the replica acknowledgement or the database could not finish; retry with the same nonce", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn create(State(app): State<AppState>, Path(event): Path<String>, body: Bytes) -> Response {
+pub async fn create(State(app): State<AppState>, Path(event): Path<String>, body: Result<Bytes, BytesRejection>) -> Response {
     let started = Instant::now();
     let stats = &app.sale.stats;
-    let result = book(&app, &event, &body).await;
+    let result = match body {
+        Ok(body) => book(&app, &event, &body).await,
+        Err(rejection) => Err(unreadable_body(&rejection)),
+    };
     let latency = &stats.booking_latency;
     match &result {
         Ok(Answer::Booked(_)) => latency.admitted.observe(started.elapsed()),
@@ -120,10 +125,18 @@ fn created(b: &Booked) -> Response {
     (StatusCode::CREATED, Json(body)).into_response()
 }
 
-async fn book(app: &AppState, event: &str, body: &[u8]) -> Result<Answer, ApiError> {
-    if body.len() > BOOKING_BODY_BYTES_MAX {
-        return Err(ApiError::InvalidRequest(format!("body over {BOOKING_BODY_BYTES_MAX} bytes")));
+/// The route's body limit ([`BOOKING_BODY_BYTES_MAX`], set in `http/mod.rs`) stops reading
+/// past it; that, or a body that broke off, is a 400 like any other bad body.
+fn unreadable_body(rejection: &BytesRejection) -> ApiError {
+    match rejection {
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+            ApiError::InvalidRequest(format!("body over {BOOKING_BODY_BYTES_MAX} bytes"))
+        }
+        _ => ApiError::InvalidRequest("the body could not be read".into()),
     }
+}
+
+async fn book(app: &AppState, event: &str, body: &[u8]) -> Result<Answer, ApiError> {
     let fields: Map<String, Value> = match serde_json::from_slice(body) {
         Ok(Value::Object(map)) => map,
         Ok(_) => return Err(ApiError::InvalidRequest("body must be a JSON object".into())),

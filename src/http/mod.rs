@@ -15,7 +15,7 @@ mod page;
 
 use crate::domain::code::CodeHasher;
 use crate::sale::Sale;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -24,7 +24,7 @@ use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use utoipa::{OpenApi, ToSchema};
-use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
 
 /// What every handler can reach.
@@ -41,7 +41,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(healthz))
         .routes(routes!(metrics::metrics))
         .routes(routes!(bookings::availability))
-        .routes(routes!(bookings::create))
+        .routes(routes!(bookings::create).layer(DefaultBodyLimit::max(bookings::BOOKING_BODY_BYTES_MAX)))
         .routes(routes!(operator::pay))
         .routes(routes!(operator::cancel))
         .routes(routes!(dashboard::summary))

@@ -2,7 +2,8 @@
 //! `reconcile`, `serve`. Each returns an error with one clear line for the binary to print.
 
 use crate::ops::settings::Settings;
-use crate::domain::code::{CodeHash, CodeHasher, NormalisedCode};
+use crate::domain::code::CodeHasher;
+use crate::ops::allowlist_file::parse_allowlist;
 use crate::sale::committer::AckPolicy;
 use crate::domain::event::{EventId, EventSpec};
 use crate::fault_hooks::FaultPlan;
@@ -26,47 +27,10 @@ pub async fn apply_event(settings: &Settings, file: &Path) -> anyhow::Result<Eve
     Ok(spec)
 }
 
-/// What an allowlist file held.
-#[derive(Debug, Default)]
-pub struct ParsedAllowlist {
-    pub hashes: Vec<CodeHash>,
-    /// (line number, reason) for every line that was not a valid code.
-    pub bad_lines: Vec<(usize, String)>,
-}
-
-/// One code per line, or CSV whose header has a `code` column. Blank lines are skipped.
-pub fn parse_allowlist(text: &str, hasher: &CodeHasher) -> ParsedAllowlist {
-    let mut out = ParsedAllowlist::default();
-    let mut lines = text.lines().enumerate().peekable();
-    let mut column = None;
-    if let Some((_, first)) = lines.peek() {
-        let header: Vec<String> = first.split(',').map(|c| c.trim().trim_matches('"').to_ascii_lowercase()).collect();
-        if let Some(i) = header.iter().position(|c| c == "code") {
-            column = Some(i);
-            lines.next();
-        }
-    }
-    for (i, line) in lines {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let raw = match column {
-            None => Some(line),
-            Some(c) => line.split(',').nth(c).map(|f| f.trim().trim_matches('"')),
-        };
-        match raw.map(NormalisedCode::parse) {
-            Some(Ok(code)) => out.hashes.push(hasher.hash(&code)),
-            Some(Err(e)) => out.bad_lines.push((i + 1, e.to_string())),
-            None => out.bad_lines.push((i + 1, "no code column on this line".into())),
-        }
-    }
-    out
-}
-
 pub async fn import_allowlist(settings: &Settings, event: &str, file: &Path) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
-    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let parsed = parse_allowlist(&text, &CodeHasher::from_env());
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let parsed = parse_allowlist(&bytes, &CodeHasher::from_env());
     let store = Store::connect(&settings.database_url).await?;
     let added = store.import_allowlist(&id, &parsed.hashes).await?;
     println!(
@@ -237,26 +201,5 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {},
         _ = term => {},
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_lines_are_codes_and_bad_ones_are_reported_by_line_number() {
-        let parsed = parse_allowlist("AB-1234\n\n  cd5678 \nx\nEF 99\n", &CodeHasher::plain());
-        assert_eq!(parsed.hashes.len(), 2);
-        assert_eq!(parsed.bad_lines.iter().map(|(l, _)| *l).collect::<Vec<_>>(), vec![4, 5]);
-    }
-
-    #[test]
-    fn csv_with_a_code_column_is_read_by_that_column() {
-        let parsed = parse_allowlist("name,Code\nAda,AB-1234\nBob,\"cd5678\"\nEve\n", &CodeHasher::plain());
-        assert_eq!(parsed.hashes.len(), 2);
-        assert_eq!(parsed.bad_lines, vec![(4, "no code column on this line".to_string())]);
-        let h = CodeHasher::plain();
-        assert_eq!(parsed.hashes[1], h.hash(&NormalisedCode::parse("CD5678").unwrap()));
     }
 }

@@ -2,6 +2,7 @@
 //! and `serve`, with the settings they share. Loading an event into Redis (`loader`) and
 //! recomputing it from the database (`reconcile`) live beside them.
 
+pub mod allowlist_file;
 mod commands;
 pub mod loader;
 pub mod reconcile;

@@ -1,8 +1,11 @@
 //! The read-only gates: honeypot, shape, event, window, allowlist. None of them writes.
 
-use crate::helpers::{nonce, spawn_app, AppOptions, EVENT};
+use crate::helpers::{nonce, spawn_app, AppOptions, TestApp, EVENT};
 use seatrush::domain::event::now_ms;
-use serde_json::json;
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 const PATH: &str = "/api/events/exam/bookings";
 
@@ -48,6 +51,53 @@ async fn malformed_or_incomplete_bodies_are_400_with_a_detail() {
         assert_eq!((a.status, a.status_str()), (400, "invalid_request"), "{body:.80}");
         assert!(a.body["detail"].as_str().is_some_and(|d| !d.is_empty()));
     }
+    assert!(app.redis_state().records.is_empty());
+}
+
+/// Bound on how long the server may take to refuse an oversized body it has not read.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Sends a booking request's head and the first `sent` bytes of its body, never the rest, and
+/// reads the answer: only a server that stops reading at its limit can answer.
+async fn post_unfinished(app: &TestApp, framing: &str, sent: &[u8]) -> (u16, Value) {
+    let address = app.url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    let head = format!("POST {PATH} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n{framing}\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(sent).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let read = async {
+        loop {
+            let n = stream.read(&mut buffer).await.unwrap();
+            answer.extend_from_slice(&buffer[..n]);
+            let text = String::from_utf8_lossy(&answer);
+            if n == 0 || text.contains("\r\n\r\n{") && text.trim_end().ends_with('}') {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(REFUSAL_TIMEOUT, read).await.expect("the server answered without waiting for the rest of the body");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or(Value::Null, |(_, b)| serde_json::from_str(b).unwrap_or(Value::Null));
+    (status, body)
+}
+
+#[tokio::test]
+async fn a_one_megabyte_body_is_refused_once_the_limit_is_read_not_after_the_whole_body() {
+    let app = spawn_app(AppOptions::default()).await;
+    let megabyte = 1 << 20;
+    let chunk = vec![b' '; 8192];
+    let (status, body) = post_unfinished(&app, &format!("Content-Length: {megabyte}\r\n"), &chunk).await;
+    assert_eq!((status, body["status"].as_str()), (400, Some("invalid_request")), "{body}");
+    assert_eq!(body["detail"], "body over 4096 bytes");
+
+    // Without a declared length, likewise.
+    let first_chunk = [format!("{:x}\r\n", chunk.len()).as_bytes(), &chunk, b"\r\n"].concat();
+    let (status, body) = post_unfinished(&app, "Transfer-Encoding: chunked\r\n", &first_chunk).await;
+    assert_eq!((status, body["status"].as_str()), (400, Some("invalid_request")), "{body}");
+    assert_eq!(body["detail"], "body over 4096 bytes");
     assert!(app.redis_state().records.is_empty());
 }
 
