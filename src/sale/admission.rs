@@ -141,7 +141,7 @@ impl Sale {
                 return Err(Refusal::Retry("database unavailable"));
             }
         };
-        let refusal = match outcome {
+        let (refusal, seat_held) = match outcome {
             HoldOutcome::Held(seat) | HoldOutcome::AlreadyHeld(seat) => {
                 self.crash.maybe(CrashPoint::AfterPersist);
                 // If this fails the reaper finds the row persisted and drops the entry itself.
@@ -160,17 +160,17 @@ impl Sale {
                 let _ = self.run_script(&self.scripts.undo, undo).await;
                 return Err(Refusal::Retry("admission expired before it was saved"));
             }
-            HoldOutcome::CodeHasSeat(seat) => Refusal::AlreadyAdmitted(Some(seat)),
-            HoldOutcome::LevelFull => Refusal::LevelFull,
-            HoldOutcome::SoldOut => Refusal::SoldOut,
+            HoldOutcome::CodeHasSeat(seat) => (Refusal::AlreadyAdmitted(Some(seat)), false),
+            HoldOutcome::LevelFull => (Refusal::LevelFull, false),
+            HoldOutcome::SoldOut => (Refusal::SoldOut, false),
             HoldOutcome::SeatTaken => {
                 tracing::warn!(event = %view.id, slot = admission.slot, "database holds this seat already; Redis drifted, run reconcile");
-                Refusal::Retry("seat pool out of step with the database")
+                // Handing that seat out again would only meet the same refusal: it stays out of
+                // the pool until reconcile restores the record Redis lost.
+                (Refusal::Retry("seat pool out of step with the database"), true)
             }
         };
         Stats::bump(&self.stats.undone_refused);
-        // Handing a seat the database says is held out again would only meet the same refusal.
-        let seat_held = matches!(refusal, Refusal::Retry(_));
         self.settle_or_leave(view, &admission, seat_held).await;
         Err(refusal)
     }

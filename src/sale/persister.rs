@@ -111,6 +111,7 @@ async fn write_batches(writer: BatchWriter, policy: PersistPolicy, receiver: Arc
         };
         match written {
             Ok(outcomes) => {
+                assert_eq!(outcomes.len(), batch.len(), "one outcome per booking of the batch");
                 for (job, outcome) in batch.drain(..).zip(outcomes) {
                     let _ = job.reply.send(outcome);
                 }
