@@ -3,6 +3,7 @@
 
 use super::error::{ApiError, ErrorBody};
 use super::AppState;
+use crate::sale::answer::AnswerStatus;
 use crate::sale::booking::{Booked, BookingRequest};
 use crate::sale::catalog::EventView;
 use crate::domain::code::NormalisedCode;
@@ -51,8 +52,8 @@ pub struct BookingBody {
 #[derive(Serialize, ToSchema)]
 pub struct AdmittedBody {
     /// Always `admitted`.
-    #[schema(example = "admitted")]
-    status: &'static str,
+    #[schema(inline, example = "admitted")]
+    status: AnswerStatus,
     /// Seat number, 1..total_seats.
     slot: i64,
     level: String,
@@ -81,37 +82,21 @@ pub async fn create(State(app): State<AppState>, Path(event): Path<String>, body
         Ok(body) => book(&app, &event, &body).await,
         Err(rejection) => Err(unreadable_body(&rejection)),
     };
-    let latency = &stats.booking_latency;
-    match &result {
-        Ok(Answer::Booked(_)) => latency.admitted.observe(started.elapsed()),
-        Ok(Answer::Honeypot(_)) => {}
-        Err(ApiError::Retry(_) | ApiError::Internal(_)) => latency.retry.observe(started.elapsed()),
-        Err(_) => latency.refused.observe(started.elapsed()),
+    let answer = match &result {
+        Ok(Answer::Booked(_)) => Some(AnswerStatus::Admitted),
+        Ok(Answer::Honeypot(_)) => None,
+        Err(err) => Some(err.answer()),
+    };
+    match answer {
+        Some(status) => {
+            stats.booking_latency.of(status.outcome()).observe(started.elapsed());
+            stats.answered(status);
+        }
+        None => Stats::bump(&stats.honeypot),
     }
     match result {
-        Ok(Answer::Booked(booked)) => {
-            Stats::bump(&stats.admitted);
-            created(&booked)
-        }
-        Ok(Answer::Honeypot(fake)) => {
-            Stats::bump(&stats.honeypot);
-            created(&fake)
-        }
-        Err(err) => {
-            let counter = match &err {
-                ApiError::InvalidRequest(_) => &stats.invalid_request,
-                ApiError::NotFound => &stats.not_found,
-                ApiError::NotOpen => &stats.not_open,
-                ApiError::Closed => &stats.closed,
-                ApiError::NotRegistered => &stats.not_registered,
-                ApiError::AlreadyAdmitted(_) => &stats.already_admitted,
-                ApiError::LevelFull => &stats.level_full,
-                ApiError::SoldOut => &stats.sold_out,
-                _ => &stats.retry,
-            };
-            Stats::bump(counter);
-            err.into_response()
-        }
+        Ok(Answer::Booked(booked) | Answer::Honeypot(booked)) => created(&booked),
+        Err(err) => err.into_response(),
     }
 }
 
@@ -121,7 +106,7 @@ enum Answer {
 }
 
 fn created(b: &Booked) -> Response {
-    let body = AdmittedBody { status: "admitted", slot: b.slot, level: b.level.clone(), hold_until: rfc3339_ms(b.hold_until_ms) };
+    let body = AdmittedBody { status: AnswerStatus::Admitted, slot: b.slot, level: b.level.clone(), hold_until: rfc3339_ms(b.hold_until_ms) };
     (StatusCode::CREATED, Json(body)).into_response()
 }
 

@@ -1,8 +1,10 @@
-//! The API's one error type. Each variant's doc says its status; `status_code` is exhaustive and
-//! the body always carries a stable snake_case `status`. 500s are logged, never echoed; 503s carry
+//! The API's one error type. Each variant's doc names its [`AnswerStatus`] (the one table of
+//! statuses, with their strings and codes); `answer` is the exhaustive match, and the body always
+//! carries the status's stable snake_case string. 500s are logged, never echoed; 503s carry
 //! `Retry-After`.
 
 use crate::domain::event::rfc3339_ms;
+use crate::sale::answer::AnswerStatus;
 use crate::sale::booking::{Booked, Refusal};
 use crate::sale::lifecycle::LifecycleError;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -17,10 +19,9 @@ pub const RETRY_AFTER_SECONDS: u64 = 1;
 /// The body of every answer that is not a success.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
-    /// Stable snake_case: invalid_request, unauthorized, not_open, closed, not_registered,
-    /// not_found, already_admitted, level_full, sold_out, released, retry, internal_error.
-    #[schema(example = "sold_out")]
-    pub status: &'static str,
+    /// What happened, as a stable snake_case string (the same for every answer of its kind).
+    #[schema(inline, example = "sold_out")]
+    pub status: AnswerStatus,
     /// What was wrong with the request (400 only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -40,76 +41,89 @@ pub struct ErrorBody {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// 400: malformed JSON, a missing or over-long field, a code that does not normalise, an
-    /// unknown level.
+    /// [`AnswerStatus::InvalidRequest`], with what was wrong.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
-    /// 401: missing or wrong operator token.
+    /// [`AnswerStatus::Unauthorized`].
     #[error("operator token required")]
     Unauthorized,
-    /// 403: before `opens_at`.
+    /// [`AnswerStatus::NotOpen`].
     #[error("not open")]
     NotOpen,
-    /// 403: after `closes_at` or `close`.
+    /// [`AnswerStatus::Closed`].
     #[error("closed")]
     Closed,
-    /// 403: the code is not on the event's allowlist.
+    /// [`AnswerStatus::NotRegistered`].
     #[error("not registered")]
     NotRegistered,
-    /// 404: unknown (or never opened) event, or no booking for this code.
+    /// [`AnswerStatus::NotFound`].
     #[error("not found")]
     NotFound,
-    /// 409: the code holds a seat already (the seat, when known).
+    /// [`AnswerStatus::AlreadyAdmitted`], with the seat the code holds when it is known.
     #[error("already admitted")]
     AlreadyAdmitted(Option<Booked>),
-    /// 409: the level is at its cap.
+    /// [`AnswerStatus::LevelFull`].
     #[error("level full")]
     LevelFull,
-    /// 409: no free seat.
+    /// [`AnswerStatus::SoldOut`].
     #[error("sold out")]
     SoldOut,
-    /// 409: the booking was released (hold expired or cancelled).
+    /// [`AnswerStatus::Released`].
     #[error("released")]
     Released,
-    /// 503: Redis or the database could not finish the request; retrying with the same nonce is safe.
+    /// [`AnswerStatus::Retry`], with what could not finish (logged, not sent).
     #[error("retry: {0}")]
     Retry(&'static str),
-    /// 500: a bug or an unexpected failure; logged, not echoed.
+    /// [`AnswerStatus::InternalError`].
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
 }
 
 impl ApiError {
-    pub fn status_code(&self) -> StatusCode {
+    /// The one place an error meets its status.
+    pub fn answer(&self) -> AnswerStatus {
         match self {
-            ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::NotOpen | ApiError::Closed | ApiError::NotRegistered => StatusCode::FORBIDDEN,
-            ApiError::NotFound => StatusCode::NOT_FOUND,
-            ApiError::AlreadyAdmitted(_) | ApiError::LevelFull | ApiError::SoldOut | ApiError::Released => StatusCode::CONFLICT,
-            ApiError::Retry(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::InvalidRequest(_) => AnswerStatus::InvalidRequest,
+            ApiError::Unauthorized => AnswerStatus::Unauthorized,
+            ApiError::NotOpen => AnswerStatus::NotOpen,
+            ApiError::Closed => AnswerStatus::Closed,
+            ApiError::NotRegistered => AnswerStatus::NotRegistered,
+            ApiError::NotFound => AnswerStatus::NotFound,
+            ApiError::AlreadyAdmitted(_) => AnswerStatus::AlreadyAdmitted,
+            ApiError::LevelFull => AnswerStatus::LevelFull,
+            ApiError::SoldOut => AnswerStatus::SoldOut,
+            ApiError::Released => AnswerStatus::Released,
+            ApiError::Retry(_) => AnswerStatus::Retry,
+            ApiError::Internal(_) => AnswerStatus::InternalError,
         }
+    }
+
+    pub fn status_code(&self) -> StatusCode {
+        http_status(self.answer())
     }
 
     /// The stable `status` string of the body.
     pub fn status(&self) -> &'static str {
-        match self {
-            ApiError::InvalidRequest(_) => "invalid_request",
-            ApiError::Unauthorized => "unauthorized",
-            ApiError::NotOpen => "not_open",
-            ApiError::Closed => "closed",
-            ApiError::NotRegistered => "not_registered",
-            ApiError::NotFound => "not_found",
-            ApiError::AlreadyAdmitted(_) => "already_admitted",
-            ApiError::LevelFull => "level_full",
-            ApiError::SoldOut => "sold_out",
-            ApiError::Released => "released",
-            ApiError::Retry(_) => "retry",
-            ApiError::Internal(_) => "internal_error",
-        }
+        self.answer().as_str()
     }
 }
+
+/// The HTTP status of an answer.
+pub fn http_status(answer: AnswerStatus) -> StatusCode {
+    StatusCode::from_u16(answer.http_code()).expect("the answer table holds valid HTTP codes")
+}
+
+/// The OpenAPI schema of `status`: a string, one of the table's.
+impl utoipa::PartialSchema for AnswerStatus {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(AnswerStatus::ALL.map(AnswerStatus::as_str)))
+            .into()
+    }
+}
+
+impl ToSchema for AnswerStatus {}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -126,7 +140,7 @@ impl IntoResponse for ApiError {
             _ => None,
         };
         let body = ErrorBody {
-            status: self.status(),
+            status: self.answer(),
             detail,
             slot: seat.map(|s| s.slot),
             level: seat.map(|s| s.level.clone()),

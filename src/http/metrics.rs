@@ -99,7 +99,7 @@ mod tests {
     #[test]
     fn the_exposition_has_one_type_line_per_family_and_labelled_samples() {
         let stats = Stats::default();
-        Stats::bump(&stats.sold_out);
+        stats.answered(crate::sale::answer::AnswerStatus::SoldOut);
         stats.booking_latency.admitted.observe(Duration::from_millis(3));
         let text = render(&stats);
         assert_eq!(text.matches("# TYPE seatrush_answers_total counter").count(), 1);

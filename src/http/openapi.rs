@@ -30,6 +30,7 @@ impl Modify for OperatorToken {
 #[cfg(test)]
 mod tests {
     use crate::http::api_router;
+    use crate::sale::answer::AnswerStatus;
     use std::collections::BTreeSet;
 
     fn statuses(doc: &serde_json::Value, path: &str, method: &str) -> BTreeSet<String> {
@@ -59,5 +60,18 @@ mod tests {
         assert_eq!(statuses(&doc, "/metrics", "get"), set(&["200"]));
         assert!(doc["components"]["securitySchemes"]["operator_token"]["scheme"] == "bearer");
         assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
+    }
+
+    #[test]
+    fn the_documented_status_strings_and_codes_come_from_the_answer_table() {
+        let (_, api) = api_router().split_for_parts();
+        let doc = serde_json::to_value(&api).unwrap();
+        let strings: Vec<&str> = AnswerStatus::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(doc["components"]["schemas"]["ErrorBody"]["properties"]["status"]["oneOf"][0]["enum"], serde_json::json!(strings));
+        let documented: BTreeSet<String> =
+            doc["paths"].as_object().unwrap().values().flat_map(|p| p.as_object().unwrap().values()).flat_map(|op| op["responses"].as_object().unwrap().keys().cloned()).collect();
+        for status in AnswerStatus::ALL {
+            assert!(documented.contains(&status.http_code().to_string()) || status == AnswerStatus::InternalError, "{status:?} is answered but documented nowhere");
+        }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod allowlist;
+pub mod answer;
 pub mod booking;
 pub mod catalog;
 pub mod committer;

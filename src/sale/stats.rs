@@ -5,6 +5,7 @@
 //! read them from here. Each counter declares its Prometheus family (and label) next to its
 //! name, so a new counter cannot be forgotten by the exposition.
 
+use crate::sale::answer::{AnswerStatus, Outcome};
 use crate::sale::latency::LatencyHistogram;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,40 +24,39 @@ macro_rules! counters {
         /// Monotonic counters since start, and the booking latency.
         #[derive(Debug, Default)]
         pub struct Stats {
+            /// Booking answers, one counter per [`AnswerStatus`] (indexed by its place in the table).
+            answers: [AtomicU64; AnswerStatus::ALL.len()],
             $(#[doc = $doc] pub $name: AtomicU64,)*
             pub booking_latency: BookingLatency,
         }
 
         impl Stats {
-            /// Every counter by name, for the dashboard.
+            /// Every counter by name (an answer's counter is named by its status), for the dashboard.
             pub fn snapshot(&self) -> BTreeMap<&'static str, u64> {
-                BTreeMap::from([$((stringify!($name), self.$name.load(Ordering::Relaxed)),)*])
+                self.samples().into_iter().map(|s| (s.name, s.value)).collect()
             }
 
-            /// Every counter with its Prometheus family and label, in declaration order.
+            /// Every counter with its Prometheus family and label: the answers by status, then the
+            /// others in declaration order.
             pub fn samples(&self) -> Vec<CounterSample> {
-                vec![$(CounterSample {
+                let answers = AnswerStatus::ALL.into_iter().map(|status| CounterSample {
+                    name: status.as_str(),
+                    family: "answers_total",
+                    label: Some(("status", status.as_str())),
+                    value: self.answers[status.index()].load(Ordering::Relaxed),
+                });
+                answers.chain([$(CounterSample {
                     name: stringify!($name),
                     family: stringify!($family),
                     label: None $(.or(Some((stringify!($label), $value))))?,
                     value: self.$name.load(Ordering::Relaxed),
-                },)*]
+                },)*]).collect()
             }
         }
     };
 }
 
 counters! {
-    admitted => answers_total { status = "admitted" }: "201 admitted answers (first answers and retries alike)",
-    already_admitted => answers_total { status = "already_admitted" }: "409 already_admitted answers",
-    level_full => answers_total { status = "level_full" }: "409 level_full answers",
-    sold_out => answers_total { status = "sold_out" }: "409 sold_out answers",
-    not_registered => answers_total { status = "not_registered" }: "403 not_registered answers",
-    not_open => answers_total { status = "not_open" }: "403 not_open answers",
-    closed => answers_total { status = "closed" }: "403 closed answers",
-    invalid_request => answers_total { status = "invalid_request" }: "400 invalid_request answers",
-    not_found => answers_total { status = "not_found" }: "404 answers",
-    retry => answers_total { status = "retry" }: "503 retry answers",
     honeypot => honeypot_hits_total: "bots caught by the honeypot (fake 201s)",
     undone_short_ack => undone_total { reason = "short_ack" }: "admissions undone because the replica acknowledgement fell short",
     undone_refused => undone_total { reason = "database_refused" }: "admissions undone because the database refused them",
@@ -70,6 +70,16 @@ counters! {
 impl Stats {
     pub fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one booking answer (first answers and same-nonce retries alike).
+    pub fn answered(&self, status: AnswerStatus) {
+        Self::bump(&self.answers[status.index()]);
+    }
+
+    /// How many booking answers had this status.
+    pub fn answers(&self, status: AnswerStatus) -> u64 {
+        self.answers[status.index()].load(Ordering::Relaxed)
     }
 }
 
@@ -86,6 +96,15 @@ pub struct BookingLatency {
 }
 
 impl BookingLatency {
+    /// The histogram of this outcome.
+    pub fn of(&self, outcome: Outcome) -> &LatencyHistogram {
+        match outcome {
+            Outcome::Admitted => &self.admitted,
+            Outcome::Refused => &self.refused,
+            Outcome::Retry => &self.retry,
+        }
+    }
+
     /// `(outcome label, histogram)` for the exposition.
     pub fn by_outcome(&self) -> [(&'static str, &LatencyHistogram); 3] {
         [("admitted", &self.admitted), ("refused", &self.refused), ("retry", &self.retry)]
@@ -99,9 +118,10 @@ mod tests {
     #[test]
     fn every_counter_has_a_sample_and_labelled_families_name_their_label() {
         let stats = Stats::default();
-        Stats::bump(&stats.level_full);
+        stats.answered(AnswerStatus::LevelFull);
         let samples = stats.samples();
         assert_eq!(samples.len(), stats.snapshot().len());
+        assert_eq!(samples.iter().filter(|s| s.family == "answers_total").count(), AnswerStatus::ALL.len());
         let level_full = samples.iter().find(|s| s.name == "level_full").unwrap();
         assert_eq!((level_full.family, level_full.label, level_full.value), ("answers_total", Some(("status", "level_full")), 1));
         let honeypot = samples.iter().find(|s| s.name == "honeypot").unwrap();

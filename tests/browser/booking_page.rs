@@ -3,6 +3,8 @@
 use crate::helpers::{nonce, spawn_app, AppOptions};
 use crate::pages::{assert_nothing_loaded_from_elsewhere, book, open_booking_page};
 use crate::webdriver::{Browser, Screen, TAB};
+use seatrush::sale::answer::AnswerStatus;
+use seatrush::sale::stats::Stats;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -50,7 +52,7 @@ async fn a_forced_503_is_retried_with_the_same_nonce_until_the_seat_is_booked() 
     book(&browser, "CODE-00003", "A1").await;
     let waiting = browser.wait_for_text("#result.wait", "Still trying").await;
     assert!(waiting.contains("keep this page open"), "{waiting}");
-    wait_for_counter(&app.sale.stats.retry, 2).await;
+    wait_for_retries(&app.sale.stats, 2).await;
     browser.screenshot("booking-3-retrying").await;
     let row = app.store.booking(&app.event, &app.hash("CODE-00003")).await.unwrap();
     assert!(row.is_none_or(|r| !r.holds_seat()), "nothing counts while the replica is stopped");
@@ -143,10 +145,10 @@ async fn the_honeypot_is_in_the_form_but_hidden_from_people_and_the_keyboard() {
 }
 
 /// Polls a server counter with a bound: retries arrive at the page's own pace.
-async fn wait_for_counter(counter: &std::sync::atomic::AtomicU64, at_least: u64) {
+async fn wait_for_retries(stats: &Stats, at_least: u64) {
     let deadline = Instant::now() + crate::webdriver::WAIT_TIMEOUT;
-    while counter.load(Ordering::Relaxed) < at_least {
-        assert!(Instant::now() < deadline, "counter stayed at {}", counter.load(Ordering::Relaxed));
+    while stats.answers(AnswerStatus::Retry) < at_least {
+        assert!(Instant::now() < deadline, "retries stayed at {}", stats.answers(AnswerStatus::Retry));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -1,0 +1,127 @@
+//! [`AnswerStatus`]: every status a request can be answered with, written once. Each has its
+//! stable snake_case string (the `status` of the JSON body, the `status` label of
+//! `seatrush_answers_total`, the dashboard's counter names) and its HTTP status code. The API
+//! error type (`http/error.rs`), the OpenAPI document and the counters ([`super::stats`]) all
+//! read this one table, so a status cannot be added to one of them and forgotten by another.
+
+macro_rules! answer_statuses {
+    ($($(#[doc = $doc:literal])* $name:ident = $text:literal, $code:literal;)*) => {
+        /// How a request was answered.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum AnswerStatus {
+            $(
+                #[doc = concat!("`", $text, "`, HTTP ", stringify!($code), ".")]
+                #[doc = ""]
+                $(#[doc = $doc])*
+                $name,
+            )*
+        }
+
+        impl AnswerStatus {
+            /// Every status, in the table's order (which is also the index of its counter).
+            pub const ALL: [AnswerStatus; [$($text),*].len()] = [$(Self::$name),*];
+
+            /// The stable snake_case string.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$name => $text,)*
+                }
+            }
+
+            /// The HTTP status code.
+            pub const fn http_code(self) -> u16 {
+                match self {
+                    $(Self::$name => $code,)*
+                }
+            }
+        }
+    };
+}
+
+answer_statuses! {
+    /// The seat is held until `hold_until` (a same-nonce retry gets the same answer).
+    Admitted = "admitted", 201;
+    /// Malformed JSON, a body over the limit, a missing or over-long field, a code that does not
+    /// normalise, an unknown level.
+    InvalidRequest = "invalid_request", 400;
+    /// Missing or wrong operator token.
+    Unauthorized = "unauthorized", 401;
+    /// Before `opens_at`.
+    NotOpen = "not_open", 403;
+    /// After `closes_at` or `close`.
+    Closed = "closed", 403;
+    /// The code is not on the event's allowlist.
+    NotRegistered = "not_registered", 403;
+    /// Unknown (or never opened) event, or no booking for this code.
+    NotFound = "not_found", 404;
+    /// The code holds a seat already.
+    AlreadyAdmitted = "already_admitted", 409;
+    /// The level is at its cap.
+    LevelFull = "level_full", 409;
+    /// No free seat.
+    SoldOut = "sold_out", 409;
+    /// The booking was released (hold expired or cancelled).
+    Released = "released", 409;
+    /// Redis or the database could not finish the request; retrying with the same nonce is safe.
+    Retry = "retry", 503;
+    /// A bug or an unexpected failure; logged, not echoed.
+    InternalError = "internal_error", 500;
+}
+
+/// How a booking request ended, for the latency histograms: a fast refusal and a retried `WAIT`
+/// have nothing in common.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// 2xx: a seat.
+    Admitted,
+    /// 4xx: a final answer without a seat.
+    Refused,
+    /// 5xx: the client will try again.
+    Retry,
+}
+
+impl AnswerStatus {
+    pub const fn outcome(self) -> Outcome {
+        match self.http_code() {
+            200..=299 => Outcome::Admitted,
+            500..=599 => Outcome::Retry,
+            _ => Outcome::Refused,
+        }
+    }
+
+    /// This status's place in [`AnswerStatus::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl serde::Serialize for AnswerStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_has_a_distinct_snake_case_string_and_its_index() {
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, status) in AnswerStatus::ALL.into_iter().enumerate() {
+            assert_eq!(status.index(), i);
+            let text = status.as_str();
+            assert!(text.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{text}");
+            assert!(seen.insert(text), "{text} twice");
+        }
+    }
+
+    #[test]
+    fn retries_and_internal_errors_are_retry_outcomes_and_4xx_are_refusals() {
+        assert_eq!(AnswerStatus::Admitted.outcome(), Outcome::Admitted);
+        assert_eq!(AnswerStatus::Retry.outcome(), Outcome::Retry);
+        assert_eq!(AnswerStatus::InternalError.outcome(), Outcome::Retry);
+        assert_eq!(AnswerStatus::Released.outcome(), Outcome::Refused);
+        assert_eq!(AnswerStatus::Unauthorized.outcome(), Outcome::Refused);
+    }
+}
