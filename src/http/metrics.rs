@@ -29,6 +29,7 @@ fn family_help(family: &str) -> Option<&'static str> {
         "holds_expired_total" => "Unpaid holds released when their payment window ended.",
         "paid_total" => "Bookings marked paid.",
         "cancelled_total" => "Bookings cancelled by an operator.",
+        "shed_total" => "Requests answered 503 at once because too many were in flight in this process.",
         _ => return None,
     })
 }

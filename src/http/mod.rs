@@ -4,6 +4,11 @@
 //!
 //! Every API route is registered through [`api_router`], which documents it in the OpenAPI
 //! document as it routes it; the pages are plain routes beside it.
+//!
+//! Under overload the edge answers rather than queues: at most `in_flight_max` requests run at
+//! once in this process, and one more is answered `503 retry` with `Retry-After` at once (tower's
+//! load-shed over its concurrency limit), so a stalled database parks a bounded number of
+//! handlers and every other client gets a fast answer.
 
 pub mod bookings;
 pub mod error;
@@ -27,12 +32,17 @@ use utoipa::{OpenApi, ToSchema};
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
 
+/// Requests one `serve` runs at once unless told otherwise; beyond it, `503 retry` at once.
+pub const IN_FLIGHT_MAX_DEFAULT: usize = 1024;
+
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
     pub sale: Arc<Sale>,
     pub hasher: CodeHasher,
     pub operator_token: Option<String>,
+    /// Requests handled at once; one more is answered `503 retry` without waiting.
+    pub in_flight_max: usize,
 }
 
 /// The documented routes, with the document they build.
@@ -56,7 +66,30 @@ pub fn router(state: AppState) -> Router {
         .route("/ops", get(dashboard::page))
         .route("/api/openapi.json", get(move || async move { Json(doc.as_ref().clone()) }))
         .merge(api)
-        .with_state(state)
+        .with_state(state.clone())
+        .layer(overload_layer(&state))
+}
+
+/// Load-shed over a concurrency limit: a request that finds every slot taken is answered
+/// `503 retry` with `Retry-After` (our error body), never queued.
+fn overload_layer(
+    state: &AppState,
+) -> impl tower::Layer<axum::routing::Route, Service: tower::Service<axum::extract::Request, Response = axum::response::Response, Error = std::convert::Infallible, Future: Send> + Clone + Send + Sync + 'static>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    let stats = state.sale.stats.clone();
+    tower::ServiceBuilder::new()
+        .layer(axum::error_handling::HandleErrorLayer::new(move |_: tower::BoxError| {
+            let stats = stats.clone();
+            async move {
+                crate::sale::stats::Stats::bump(&stats.shed);
+                error::ApiError::Retry("too many requests in flight")
+            }
+        }))
+        .load_shed()
+        .concurrency_limit(state.in_flight_max.max(1))
 }
 
 /// Whether this process can reach what a booking needs.

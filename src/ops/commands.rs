@@ -22,8 +22,8 @@ use std::time::Duration;
 pub async fn apply_event(settings: &Settings, file: &Path) -> anyhow::Result<EventSpec> {
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let spec = EventSpec::from_toml(&text).with_context(|| format!("{} is not a valid event file", file.display()))?;
-    let store = Store::connect(&settings.database_url).await?;
-    store.apply_event(&spec).await?;
+    let (link, store) = connect(settings).await?;
+    crate::ops::apply::apply_event(&mut link.check().await?, &store, &spec).await?;
     Ok(spec)
 }
 
@@ -59,7 +59,7 @@ pub async fn open(settings: &Settings, event: &str) -> anyhow::Result<()> {
     let (link, store) = connect(settings).await?;
     let mut conn = link.check().await?;
     let report = loader::open_event(&mut conn, &store, &id).await?;
-    if let Some(warning) = &report.min_replicas_warning {
+    for warning in report.min_replicas_warning.iter().chain(&report.persistence_warning) {
         eprintln!("warning: {warning}");
     }
     println!(
@@ -68,16 +68,27 @@ pub async fn open(settings: &Settings, event: &str) -> anyhow::Result<()> {
         report.free_seats,
         if report.rebuilt { " (seats and counters built from the database)" } else { " (already loaded: allowlist, caps and window refreshed)" }
     );
+    if let Some((before, after)) = report.resized {
+        println!("seat pool resized from {before} to {after} seats");
+    }
     Ok(())
 }
 
 pub async fn close(settings: &Settings, event: &str) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
     let (link, store) = connect(settings).await?;
-    loader::close_event(&mut link.check().await?, &store, &id).await?;
-    println!("closed {id}");
+    match loader::close_event(&mut link.check().await?, &store, &id).await? {
+        loader::CloseOutcome::Closed => println!("closed {id}"),
+        loader::CloseOutcome::NotLoaded { database_was_open } => println!(
+            "{id} is not loaded in Redis (never opened, or Redis lost it): nothing to close there, Redis left unchanged{}",
+            if database_was_open { "; the database now says closed" } else { "" }
+        ),
+    }
     Ok(())
 }
+
+/// Unsettled pending admissions `status` lists one by one (it counts them all).
+const UNSETTLED_SHOWN_MAX: usize = 20;
 
 pub async fn status(settings: &Settings, event: &str) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
@@ -100,6 +111,14 @@ pub async fn status(settings: &Settings, event: &str) -> anyhow::Result<()> {
     }
     for d in c.drift() {
         println!("drift: {d}");
+    }
+    let persist_timeout = Duration::from_millis(settings.persist_timeout_ms);
+    let stuck = recompute::unsettled(&mut link.check().await?, &stored, persist_timeout).await?;
+    if !stuck.is_empty() {
+        println!("{} pending admissions are older than the persist timeout and not yet settled by a reaper:", stuck.len());
+        for why in stuck.iter().take(UNSETTLED_SHOWN_MAX) {
+            println!("  {why}");
+        }
     }
     Ok(())
 }
@@ -145,12 +164,16 @@ pub fn sale_settings(settings: &Settings) -> SaleSettings {
 /// Connects everything `serve` needs, after checking the primary will not evict.
 pub async fn build_app(settings: &Settings) -> anyhow::Result<AppState> {
     let (link, store) = connect(settings).await?;
-    require_noeviction(&mut link.check().await?).await?;
+    let mut conn = link.check().await?;
+    require_noeviction(&mut conn).await?;
+    if let Some(warning) = crate::redis_io::link::persistence_warning(&mut conn).await? {
+        tracing::warn!("{warning}");
+    }
     let sale = Sale::new(Arc::new(link), store, sale_settings(settings), FaultPlan::from_env()?);
     if sale.settings.allowlist_in_memory {
         sale.allowlist.warm(&sale.catalog).await?;
     }
-    Ok(AppState { sale: Arc::new(sale), hasher: CodeHasher::from_env(), operator_token: settings.operator_token.clone() })
+    Ok(AppState { sale: Arc::new(sale), hasher: CodeHasher::from_env(), operator_token: settings.operator_token.clone(), in_flight_max: settings.in_flight_max })
 }
 
 /// Serves HTTP and runs the reaper until ctrl-c or SIGTERM.

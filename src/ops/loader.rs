@@ -1,21 +1,38 @@
-//! `open`: load an event from the database into Redis. Everything is built under staged keys,
-//! then renamed into place in one MULTI/EXEC, then counted, so a sale never sees half an
-//! allowlist. The first `open` also builds the seat pool, the level counters and the admission
-//! records from the database's held and paid rows; a later `open` (after `close`) refreshes the
-//! allowlist, caps and window only, so admissions in flight are never reset.
+//! `open` and `close`: load an event from the database into Redis, or mark it closed there.
+//!
+//! `open` runs under the event's operator lock (`redis_io/oplock.rs`). It builds everything under
+//! staged keys whose names are unique to this run, counts what it staged against the database,
+//! and only then switches them into place with one script (`lua/switch.lua`) that runs only
+//! while the lock is still this run's and the event is still in the state the run read. The first
+//! `open` (or the first after Redis lost the event) also builds the seat pool, the level counters
+//! and the admission records from the database's held and paid rows; a later `open` refreshes the
+//! allowlist, caps and window and resizes the seat pool to `total_seats`, so admissions in flight
+//! are never reset.
+//!
+//! A release that the database makes while a rebuild is staging finds no record in Redis; it is
+//! not marked synced while the event is not loaded ([`crate::sale::catalog::loaded_in_redis`]),
+//! so the sync pass applies it after the switch.
 
+use crate::domain::admission::Admission;
+use crate::domain::code::CodeHash;
 use crate::domain::event::{now_ms, EventId};
 use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
-use crate::redis_io::link::{config_get, require_noeviction};
+use crate::redis_io::link::{config_get, persistence_warning, require_noeviction};
+use crate::redis_io::oplock::OperatorLock;
 use crate::store::{BookingRow, Store, StoredEvent};
 use anyhow::{bail, Context};
 use redis::aio::MultiplexedConnection;
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// Members per SADD/ZADD while staging; keeps each command small.
 const LOAD_BATCH_MAX: usize = 10_000;
 /// Staging commands sent before the first of them must have answered: the multiplexed connection
 /// pipelines them, so Redis works while the next page is read from the database.
 const LOAD_IN_FLIGHT_MAX: usize = 8;
+/// Staged keys expire after this long, so a run that died before its switch leaves no garbage;
+/// the switch drops the expiry of the keys it installs.
+const STAGED_TTL: Duration = Duration::from_secs(3600);
 
 /// Sends staging commands with up to [`LOAD_IN_FLIGHT_MAX`] unanswered; `finish` waits for the rest.
 struct Stager {
@@ -53,12 +70,55 @@ pub struct OpenReport {
     pub allowlist: i64,
     pub free_seats: i64,
     pub rebuilt: bool,
+    /// `(before, after)` when the seat pool was resized to a changed `total_seats`.
+    pub resized: Option<(i64, i64)>,
     pub min_replicas_warning: Option<String>,
+    pub persistence_warning: Option<String>,
 }
 
-/// Checks the primary's settings, loads the event and marks it open.
+/// The keys one `open` run stages, named for that run.
+struct Staged {
+    allow: String,
+    free: String,
+    taken: String,
+    adm: String,
+}
+
+impl Staged {
+    fn new(keys: &EventKeys) -> Self {
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        Self {
+            allow: EventKeys::staged(&keys.allow, &run),
+            free: EventKeys::staged(&keys.free, &run),
+            taken: EventKeys::staged(&keys.taken, &run),
+            adm: EventKeys::staged(&keys.adm, &run),
+        }
+    }
+
+    fn all(&self) -> [&String; 4] {
+        [&self.allow, &self.free, &self.taken, &self.adm]
+    }
+}
+
+/// What the run read of the live event before staging; the switch happens only if it still holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Loaded {
+    No,
+    Yes { generation: String, total_seats: i64 },
+}
+
+/// Takes the event's operator lock, checks the primary's settings, loads the event and marks it open.
 pub async fn open_event(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<OpenReport> {
     require_noeviction(conn).await?;
+    let lock = OperatorLock::acquire(conn, id, "open").await?;
+    let opened = open_locked(conn, store, id, &lock).await;
+    if let Err(e) = lock.release().await {
+        tracing::warn!(event = %id, error = %e, "cannot free the operator lock; it expires by itself");
+    }
+    opened
+}
+
+async fn open_locked(conn: &mut MultiplexedConnection, store: &Store, id: &EventId, lock: &OperatorLock) -> anyhow::Result<OpenReport> {
     let min_replicas = config_get(conn, "min-replicas-to-write").await?.unwrap_or_default();
     let min_replicas_warning = (min_replicas.parse::<i64>().unwrap_or(0) < 1).then(|| {
         format!(
@@ -66,38 +126,116 @@ pub async fn open_event(conn: &mut MultiplexedConnection, store: &Store, id: &Ev
              Fix: redis-cli CONFIG SET min-replicas-to-write 1"
         )
     });
+    let persistence_warning = persistence_warning(conn).await?;
     let event = store.event(id).await?;
     let keys = EventKeys::new(id);
-    let loaded: bool = redis::cmd("EXISTS").arg(&keys.meta).query_async::<i64>(conn).await? == 1;
-    if loaded {
-        let total: Option<i64> = redis::cmd("HGET").arg(&keys.meta).arg("total_seats").query_async(conn).await?;
-        if total != Some(event.spec.total_seats) {
-            bail!(
-                "event {id} is loaded in Redis with total_seats {total:?} but the database says {}; \
-                 run `seatrush reconcile --event {id} --repair` first",
-                event.spec.total_seats
-            );
+    let loaded = read_loaded(conn, &keys).await?;
+    let resized = match &loaded {
+        Loaded::Yes { total_seats, .. } if *total_seats != event.spec.total_seats => {
+            require_records_fit(conn, &keys, event.spec.total_seats).await?;
+            Some((*total_seats, event.spec.total_seats))
         }
+        _ => None,
+    };
+    let staged = Staged::new(&keys);
+    let switched = stage_and_switch(conn, store, &event, &keys, &staged, &loaded, lock).await;
+    if switched.is_err() {
+        let mut del = redis::cmd("DEL");
+        del.arg(&staged.all()[..]);
+        let _ = del.query_async::<()>(conn).await;
     }
-    let allowlist = stage_allowlist(conn, store, id, &keys).await?;
-    let holders = if loaded { Vec::new() } else { store.seat_holders(id).await? };
-    if !loaded {
-        stage_seats(conn, &event, &keys, &holders).await?;
-    }
-    switch(conn, &event, &keys, loaded).await?;
-
-    let live: i64 = redis::cmd("SCARD").arg(&keys.allow).query_async(conn).await?;
-    if live != allowlist {
-        bail!("allowlist count check failed: database has {allowlist} codes, Redis has {live}");
-    }
+    let allowlist = switched?;
+    redis::cmd("SADD").arg(EVENTS_KEY).arg(id.as_str()).query_async::<()>(conn).await?;
     store.set_event_state(id, "open").await?;
     let free_seats: i64 = redis::cmd("ZCARD").arg(&keys.free).query_async(conn).await?;
-    Ok(OpenReport { allowlist, free_seats, rebuilt: !loaded, min_replicas_warning })
+    Ok(OpenReport { allowlist, free_seats, rebuilt: loaded == Loaded::No, resized, min_replicas_warning, persistence_warning })
 }
 
-async fn stage_allowlist(conn: &mut MultiplexedConnection, store: &Store, id: &EventId, keys: &EventKeys) -> anyhow::Result<i64> {
-    let staged = EventKeys::staged(&keys.allow);
-    redis::cmd("DEL").arg(&staged).query_async::<()>(conn).await?;
+async fn read_loaded(conn: &mut MultiplexedConnection, keys: &EventKeys) -> anyhow::Result<Loaded> {
+    let (exists, generation, total): (bool, Option<String>, Option<i64>) = redis::pipe()
+        .exists(&keys.meta)
+        .hget(&keys.meta, "generation")
+        .hget(&keys.meta, "total_seats")
+        .query_async(conn)
+        .await?;
+    Ok(match (exists, total) {
+        (false, _) => Loaded::No,
+        (true, Some(total_seats)) => Loaded::Yes { generation: generation.unwrap_or_default(), total_seats },
+        (true, None) => bail!(
+            "event {} has a meta key in Redis without total_seats (a stub left by an older `close`); \
+             delete it (redis-cli DEL {}) and run open again: the seats are rebuilt from the database",
+            keys.meta,
+            keys.meta
+        ),
+    })
+}
+
+/// Refuses to shrink the seat pool below a seat number an admission in Redis still holds.
+async fn require_records_fit(conn: &mut MultiplexedConnection, keys: &EventKeys, total_seats: i64) -> anyhow::Result<()> {
+    let beyond = records_by_level(conn, keys).await?.values().map(|l| l.slots_beyond(total_seats)).sum::<usize>();
+    if beyond > 0 {
+        bail!(
+            "{beyond} admissions in Redis hold seat numbers above the new total_seats {total_seats}; \
+             cancel them (or put total_seats back) before opening"
+        );
+    }
+    Ok(())
+}
+
+/// The admissions Redis holds in one level (pending, persisted or paid).
+#[derive(Clone, Debug, Default)]
+pub struct LevelRecords {
+    pub count: usize,
+    pub slots: Vec<i64>,
+}
+
+impl LevelRecords {
+    pub fn slots_beyond(&self, total_seats: i64) -> usize {
+        self.slots.iter().filter(|s| **s > total_seats).count()
+    }
+}
+
+/// Every admission record of the event, by level. Reads the whole hash: an operator command's cost.
+pub async fn records_by_level(conn: &mut MultiplexedConnection, keys: &EventKeys) -> anyhow::Result<BTreeMap<String, LevelRecords>> {
+    let records: BTreeMap<String, String> = redis::cmd("HGETALL").arg(&keys.adm).query_async(conn).await?;
+    let mut by_level: BTreeMap<String, LevelRecords> = BTreeMap::new();
+    for (code, record) in &records {
+        let Some(adm) = CodeHash::from_hex(code).and_then(|hash| Admission::from_record(hash, record)) else { continue };
+        let level = by_level.entry(adm.level.clone()).or_default();
+        level.count += 1;
+        level.slots.push(adm.slot);
+    }
+    Ok(by_level)
+}
+
+/// Stages, checks the staged counts against the database, switches. Returns the allowlist size.
+async fn stage_and_switch(
+    conn: &mut MultiplexedConnection,
+    store: &Store,
+    event: &StoredEvent,
+    keys: &EventKeys,
+    staged: &Staged,
+    loaded: &Loaded,
+    lock: &OperatorLock,
+) -> anyhow::Result<i64> {
+    let allowlist = stage_allowlist(conn, store, &event.spec.id, &staged.allow).await?;
+    let staged_allow: i64 = redis::cmd("SCARD").arg(&staged.allow).query_async(conn).await?;
+    if staged_allow != allowlist {
+        bail!("allowlist count check failed: database has {allowlist} codes, the staged copy {staged_allow}; nothing was switched, run open again");
+    }
+    if *loaded == Loaded::No {
+        let holders = store.seat_holders(&event.spec.id).await?;
+        stage_seats(conn, event, staged, &holders).await?;
+        check_staged_seats(conn, event, staged, &holders).await?;
+    }
+    for key in staged.all() {
+        redis::cmd("PEXPIRE").arg(key).arg(STAGED_TTL.as_millis() as u64).query_async::<()>(conn).await?;
+    }
+    switch(conn, event, keys, staged, loaded, lock).await?;
+    Ok(allowlist)
+}
+
+async fn stage_allowlist(conn: &mut MultiplexedConnection, store: &Store, id: &EventId, staged: &str) -> anyhow::Result<i64> {
     let mut after = String::new();
     let mut count = 0i64;
     let mut stager = Stager::new(conn);
@@ -107,7 +245,7 @@ async fn stage_allowlist(conn: &mut MultiplexedConnection, store: &Store, id: &E
         after = last.clone();
         count += page.len() as i64;
         let mut sadd = redis::cmd("SADD");
-        sadd.arg(&staged).arg(&page);
+        sadd.arg(staged).arg(&page);
         stager.send(sadd).await.context("staging the allowlist")?;
     }
     stager.finish().await.context("staging the allowlist")?;
@@ -119,16 +257,13 @@ async fn stage_allowlist(conn: &mut MultiplexedConnection, store: &Store, id: &E
 }
 
 /// The seat pool, counters and records, from the database's held and paid rows.
-async fn stage_seats(conn: &mut MultiplexedConnection, event: &StoredEvent, keys: &EventKeys, holders: &[BookingRow]) -> anyhow::Result<()> {
+async fn stage_seats(conn: &mut MultiplexedConnection, event: &StoredEvent, staged: &Staged, holders: &[BookingRow]) -> anyhow::Result<()> {
     let held: std::collections::HashSet<i64> = holders.iter().map(|r| r.slot).collect();
     let free: Vec<i64> = (1..=event.spec.total_seats).filter(|s| !held.contains(s)).collect();
-    for key in [&keys.free, &keys.taken, &keys.adm] {
-        redis::cmd("DEL").arg(EventKeys::staged(key)).query_async::<()>(conn).await?;
-    }
     let mut stager = Stager::new(conn);
     for chunk in free.chunks(LOAD_BATCH_MAX) {
         let mut zadd = redis::cmd("ZADD");
-        zadd.arg(EventKeys::staged(&keys.free));
+        zadd.arg(&staged.free);
         for seat in chunk {
             zadd.arg(seat).arg(seat);
         }
@@ -136,7 +271,7 @@ async fn stage_seats(conn: &mut MultiplexedConnection, event: &StoredEvent, keys
     }
     stager.finish().await?;
     let mut taken = redis::cmd("HSET");
-    taken.arg(EventKeys::staged(&keys.taken));
+    taken.arg(&staged.taken);
     for level in event.spec.levels.keys() {
         let n = holders.iter().filter(|r| r.level == level.as_str()).count();
         taken.arg(level.as_str()).arg(n);
@@ -144,7 +279,7 @@ async fn stage_seats(conn: &mut MultiplexedConnection, event: &StoredEvent, keys
     taken.query_async::<()>(conn).await?;
     for chunk in holders.chunks(LOAD_BATCH_MAX) {
         let mut adm = redis::cmd("HSET");
-        adm.arg(EventKeys::staged(&keys.adm));
+        adm.arg(&staged.adm);
         for r in chunk {
             adm.arg(r.code.as_str()).arg(format!("{} {} {} {} {}", r.nonce, r.admission_id, r.slot, r.level, r.admitted_ms));
         }
@@ -153,63 +288,83 @@ async fn stage_seats(conn: &mut MultiplexedConnection, event: &StoredEvent, keys
     Ok(())
 }
 
-/// The atomic switch: staged keys renamed into place, caps and meta written, in one MULTI/EXEC.
-async fn switch(conn: &mut MultiplexedConnection, event: &StoredEvent, keys: &EventKeys, loaded: bool) -> anyhow::Result<()> {
-    let spec = &event.spec;
-    let mut live = vec![&keys.allow];
-    if !loaded {
-        live.extend([&keys.free, &keys.taken, &keys.adm]);
+/// The staged seat pool and records, counted before anything goes live.
+async fn check_staged_seats(conn: &mut MultiplexedConnection, event: &StoredEvent, staged: &Staged, holders: &[BookingRow]) -> anyhow::Result<()> {
+    let held: std::collections::HashSet<i64> = holders.iter().map(|r| r.slot).filter(|s| (1..=event.spec.total_seats).contains(s)).collect();
+    let expected_free = event.spec.total_seats - held.len() as i64;
+    let (free, records): (i64, i64) = redis::pipe().zcard(&staged.free).hlen(&staged.adm).query_async(conn).await?;
+    if free != expected_free || records != holders.len() as i64 {
+        bail!(
+            "seat count check failed: staged {free} free seats and {records} records, the database says {expected_free} and {}; \
+             nothing was switched, run open again",
+            holders.len()
+        );
     }
-    // An empty set or hash is never created, so a staged key may be missing: then the live key
-    // must end up empty too.
-    let mut staged_exists = Vec::with_capacity(live.len());
-    for key in &live {
-        staged_exists.push(redis::cmd("EXISTS").arg(EventKeys::staged(key)).query_async::<i64>(conn).await? == 1);
-    }
-    let mut tx = redis::pipe();
-    tx.atomic();
-    for (key, exists) in live.iter().zip(staged_exists) {
-        if exists {
-            tx.cmd("RENAME").arg(EventKeys::staged(key)).arg(key.as_str()).ignore();
-        } else {
-            tx.cmd("DEL").arg(key.as_str()).ignore();
-        }
-    }
-    if !loaded {
-        tx.cmd("DEL").arg(&keys.pending).ignore();
-    }
-    tx.cmd("DEL").arg(&keys.cap).ignore();
-    let mut caps = redis::cmd("HSET");
-    caps.arg(&keys.cap);
-    for (level, cap) in &spec.levels {
-        caps.arg(level.as_str()).arg(cap);
-    }
-    tx.add_command(caps).ignore();
-    tx.cmd("DEL").arg(&keys.meta).ignore();
-    let mut meta = redis::cmd("HSET");
-    meta.arg(&keys.meta)
-        .arg("total_seats").arg(spec.total_seats)
-        .arg("hold_seconds").arg(spec.hold_seconds)
-        .arg("state").arg("open")
-        .arg("opened_at_ms").arg(now_ms())
-        .arg("allow_version").arg(uuid::Uuid::new_v4().simple().to_string());
-    if let Some(o) = spec.opens_at_ms {
-        meta.arg("opens_at_ms").arg(o);
-    }
-    if let Some(c) = spec.closes_at_ms {
-        meta.arg("closes_at_ms").arg(c);
-    }
-    tx.add_command(meta).ignore();
-    tx.cmd("SADD").arg(EVENTS_KEY).arg(spec.id.as_str()).ignore();
-    tx.query_async::<()>(conn).await.context("switching the staged keys into place")?;
     Ok(())
 }
 
+/// The atomic switch (`lua/switch.lua`).
+async fn switch(conn: &mut MultiplexedConnection, event: &StoredEvent, keys: &EventKeys, staged: &Staged, loaded: &Loaded, lock: &OperatorLock) -> anyhow::Result<()> {
+    let spec = &event.spec;
+    let (mode, generation, read_total) = match loaded {
+        Loaded::No => ("rebuild", String::new(), 0),
+        Loaded::Yes { generation, total_seats } => ("refresh", generation.clone(), *total_seats),
+    };
+    let script = redis::Script::new(include_str!("../../lua/switch.lua"));
+    let mut call = script.prepare_invoke();
+    call.key(&keys.meta).key(&keys.lock).key(&keys.cap).key(&keys.allow).key(&staged.allow).key(&keys.free).key(&staged.free);
+    call.key(&keys.taken).key(&staged.taken).key(&keys.adm).key(&staged.adm).key(&keys.pending);
+    call.arg(lock.owner()).arg(mode).arg(generation).arg(read_total).arg(spec.total_seats).arg(spec.hold_seconds);
+    call.arg(spec.opens_at_ms.map(|o| o.to_string()).unwrap_or_default());
+    call.arg(spec.closes_at_ms.map(|c| c.to_string()).unwrap_or_default());
+    call.arg(uuid::Uuid::new_v4().simple().to_string()).arg(now_ms());
+    for (level, cap) in &spec.levels {
+        call.arg(level.as_str()).arg(cap);
+    }
+    let switched: i64 = call.invoke_async(conn).await.context("switching the staged keys into place")?;
+    match switched {
+        1 => Ok(()),
+        -1 => bail!("the operator lock of {} expired during open (another command may hold it now); nothing was switched, run open again", spec.id),
+        -2 => bail!("event {} changed in Redis while open was staging (opened, closed or wiped by someone else); nothing was switched, run open again", spec.id),
+        other => bail!("switch script answered {other}, expected 1, -1 or -2"),
+    }
+}
+
+/// What `close` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseOutcome {
+    /// Redis now answers `closed`.
+    Closed,
+    /// The event is not loaded in Redis (never opened, or Redis lost it); Redis was left alone.
+    /// `database_was_open` says whether the database's state was changed from open to closed.
+    NotLoaded { database_was_open: bool },
+}
+
 /// `close`: the request path answers `closed` from the next catalog refresh on.
-pub async fn close_event(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<()> {
-    store.event(id).await?;
+pub async fn close_event(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<CloseOutcome> {
+    let stored = store.event(id).await?;
+    let lock = OperatorLock::acquire(conn, id, "close").await?;
     let keys = EventKeys::new(id);
-    redis::cmd("HSET").arg(&keys.meta).arg("state").arg("closed").query_async::<()>(conn).await?;
-    store.set_event_state(id, "closed").await?;
-    Ok(())
+    let script = redis::Script::new(include_str!("../../lua/close.lua"));
+    let closed: redis::RedisResult<i64> = script.key(&keys.meta).key(&keys.lock).arg(lock.owner()).invoke_async(conn).await;
+    let outcome = match closed {
+        Ok(1) => {
+            store.set_event_state(id, "closed").await?;
+            Ok(CloseOutcome::Closed)
+        }
+        Ok(0) => {
+            let database_was_open = stored.state == "open";
+            if database_was_open {
+                store.set_event_state(id, "closed").await?;
+            }
+            Ok(CloseOutcome::NotLoaded { database_was_open })
+        }
+        Ok(-1) => Err(anyhow::anyhow!("the operator lock of {id} expired during close; run close again")),
+        Ok(other) => Err(anyhow::anyhow!("close script answered {other}, expected 1, 0 or -1")),
+        Err(e) => Err(e.into()),
+    };
+    if let Err(e) = lock.release().await {
+        tracing::warn!(event = %id, error = %e, "cannot free the operator lock; it expires by itself");
+    }
+    outcome
 }

@@ -3,6 +3,7 @@
 //! recomputing it from the database (`reconcile`) live beside them.
 
 pub mod allowlist_file;
+pub mod apply;
 mod commands;
 pub mod loader;
 pub mod reconcile;

@@ -3,21 +3,29 @@
 //! persisted or reaped); from those, the level counters, the seat pool and the admission records
 //! Redis should have are recomputed, compared, and on `--repair` written back under WATCH, so an
 //! admission that lands meanwhile aborts the repair instead of being overwritten.
+//!
+//! The database side is one consistent read ([`Store::holders_snapshot`]); the Redis side is read
+//! under WATCH after it, and a comparison during which Redis changed is taken again, so a busy
+//! sale does not show drift that is not there. `--repair` holds the event's operator lock.
 
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::snapshot::RedisSide;
 use crate::redis_io::link::RedisLink;
+use crate::redis_io::oplock::OperatorLock;
 use crate::domain::admission::Admission;
-use crate::store::{BookingRow, Store};
-use anyhow::bail;
+use crate::store::{BookingRow, LevelCounts, Store, StoredEvent};
+use anyhow::{bail, Context};
 use redis::aio::MultiplexedConnection;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-/// Repairs retried when an admission lands between the snapshot and the write.
-const REPAIR_ATTEMPTS_MAX: usize = 5;
+/// Repairs taken again when Redis changes between the snapshot and the write.
+const ATTEMPTS_MAX: usize = 5;
+/// Comparisons during which the sale changed that must all show drift before it is reported.
+const NOISY_COMPARISONS_MAX: usize = 10;
+const NOISY_COMPARISON_PAUSE: Duration = Duration::from_millis(20);
 
 /// One level, Redis and database side by side.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -40,6 +48,8 @@ impl LevelStatus {
 #[derive(Clone, Debug, Default)]
 pub struct Comparison {
     pub total_seats: i64,
+    /// `total_seats` as Redis's meta has it; None when the event is not loaded in Redis.
+    pub redis_total_seats: Option<i64>,
     pub levels: BTreeMap<String, LevelStatus>,
     pub redis_free: i64,
     pub expected_free: i64,
@@ -60,6 +70,13 @@ pub struct Comparison {
 impl Comparison {
     pub fn drift(&self) -> Vec<String> {
         let mut found = Vec::new();
+        match self.redis_total_seats {
+            None => found.push("the event is not loaded in Redis (never opened, or Redis lost it): `seatrush open` rebuilds it from the database".into()),
+            Some(t) if t != self.total_seats => {
+                found.push(format!("total_seats: Redis has {t}, the database {}", self.total_seats))
+            }
+            Some(_) => {}
+        }
         for (level, l) in &self.levels {
             if l.redis_taken != l.expected_taken() {
                 found.push(format!(
@@ -91,15 +108,20 @@ impl Comparison {
 pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<Comparison> {
     let event = store.event(id).await?;
     let keys = EventKeys::new(id);
-    let holders = store.seat_holders(id).await?;
-    let counts = store.level_counts(id).await?;
-    let (db_event_taken, db_level_taken) = store.counters(id).await?;
+    let snapshot = store.holders_snapshot(id).await?;
+    let (holders, db_event_taken, db_level_taken) = (snapshot.holders, snapshot.event_taken, snapshot.level_taken);
+    let mut counts: BTreeMap<String, LevelCounts> = BTreeMap::new();
+    for r in &holders {
+        let entry = counts.entry(r.level.clone()).or_default();
+        if r.state == "paid" { entry.paid += 1 } else { entry.held += 1 }
+    }
 
+    let redis_total_seats: Option<i64> = redis::cmd("HGET").arg(&keys.meta).arg("total_seats").query_async(conn).await?;
     let RedisSide { taken, free, records, pending } = RedisSide::read(conn, &keys).await?;
 
     let in_db: HashMap<&str, &BookingRow> = holders.iter().map(|r| (r.code.as_str(), r)).collect();
     let pending: BTreeSet<String> = pending.into_iter().collect();
-    let mut c = Comparison { total_seats: event.spec.total_seats, ..Default::default() };
+    let mut c = Comparison { total_seats: event.spec.total_seats, redis_total_seats, ..Default::default() };
     for (level, cap) in &event.spec.levels {
         let l = c.levels.entry(level.to_string()).or_default();
         l.cap = *cap;
@@ -155,52 +177,124 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
     Ok(c)
 }
 
-/// Compares, and with `repair` rewrites Redis's counters, seat pool and records from the
-/// recomputed truth. Returns the drift found (before any repair).
+/// Compares, and with `repair` rewrites Redis's counters, seat pool, records and `total_seats`
+/// from the recomputed truth, under the event's operator lock. Returns the drift found (before any
+/// repair).
 pub async fn reconcile(link: &RedisLink, store: &Store, id: &EventId, repair: bool) -> anyhow::Result<Vec<String>> {
-    let keys = EventKeys::new(id);
     let mut conn = link.connect(Duration::from_secs(30)).await?;
-    for _ in 0..REPAIR_ATTEMPTS_MAX {
-        if repair {
-            redis::cmd("WATCH").arg(&keys.taken).arg(&keys.free).arg(&keys.adm).arg(&keys.pending).query_async::<()>(&mut conn).await?;
+    if !repair {
+        return compare_quietly(&mut conn, store, id).await.map(|c| c.drift());
+    }
+    let lock = OperatorLock::acquire(&conn, id, "reconcile --repair").await?;
+    let repaired = repair_locked(&mut conn, store, id).await;
+    if let Err(e) = lock.release().await {
+        tracing::warn!(event = %id, error = %e, "cannot free the operator lock; it expires by itself");
+    }
+    repaired
+}
+
+/// The keys whose change during a comparison makes it stale.
+fn watched(keys: &EventKeys) -> redis::Cmd {
+    let mut watch = redis::cmd("WATCH");
+    watch.arg(&keys.meta).arg(&keys.taken).arg(&keys.free).arg(&keys.adm).arg(&keys.pending).arg(&keys.lock);
+    watch
+}
+
+/// A comparison that is not fooled by a busy sale. Taken under WATCH and closed with an empty
+/// MULTI/EXEC that aborts if a watched key changed: a quiet comparison is exact. A busy sale
+/// changes Redis during most comparisons, and a booking or release that lands between the
+/// database read and the Redis read looks like drift for that one comparison; so drift is only
+/// reported when every one of [`NOISY_COMPARISONS_MAX`] comparisons in a row shows some.
+async fn compare_quietly(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<Comparison> {
+    let keys = EventKeys::new(id);
+    let mut last = None;
+    for _ in 0..NOISY_COMPARISONS_MAX {
+        watched(&keys).query_async::<()>(conn).await?;
+        let c = compare(conn, store, id).await?;
+        let quiet: Option<()> = redis::pipe().atomic().cmd("PING").ignore().query_async(conn).await?;
+        if quiet.is_some() || c.drift().is_empty() {
+            return Ok(c);
         }
-        let c = compare(&mut conn, store, id).await?;
+        last = Some(c);
+        tokio::time::sleep(NOISY_COMPARISON_PAUSE).await;
+    }
+    Ok(last.expect("at least one comparison"))
+}
+
+async fn repair_locked(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<Vec<String>> {
+    let keys = EventKeys::new(id);
+    for _ in 0..ATTEMPTS_MAX {
+        watched(&keys).query_async::<()>(conn).await?;
+        let c = compare(conn, store, id).await?;
         let drift = c.drift();
+        if c.redis_total_seats.is_none() {
+            redis::cmd("UNWATCH").query_async::<()>(conn).await?;
+            bail!("event {id} is not loaded in Redis; nothing to repair: `seatrush open --event {id}` rebuilds it from the database");
+        }
         let redis_drift = drift.iter().any(|d| !d.starts_with("database:"));
-        if !repair || !redis_drift {
-            if repair {
-                redis::cmd("UNWATCH").query_async::<()>(&mut conn).await?;
-            }
+        if !redis_drift {
+            redis::cmd("UNWATCH").query_async::<()>(conn).await?;
             return Ok(drift);
         }
-        let mut tx = redis::pipe();
-        tx.atomic();
-        tx.cmd("DEL").arg(&keys.taken).arg(&keys.free).ignore();
-        let mut taken = redis::cmd("HSET");
-        taken.arg(&keys.taken);
-        for (level, n) in &c.expected_taken {
-            taken.arg(level).arg(n);
-        }
-        tx.add_command(taken).ignore();
-        for chunk in c.expected_free_seats.chunks(10_000) {
-            let mut zadd = redis::cmd("ZADD");
-            zadd.arg(&keys.free);
-            for s in chunk {
-                zadd.arg(s).arg(s);
-            }
-            tx.add_command(zadd).ignore();
-        }
-        for (code, record) in &c.expected_records {
-            tx.cmd("HSET").arg(&keys.adm).arg(code).arg(record).ignore();
-        }
-        for code in &c.orphans {
-            tx.cmd("HDEL").arg(&keys.adm).arg(code).ignore();
-        }
-        let done: Option<()> = tx.query_async(&mut conn).await?;
+        let done: Option<()> = repair_transaction(&keys, &c).query_async(conn).await.context("writing the repair")?;
         if done.is_some() {
             return Ok(drift);
         }
         // EXEC aborted: something changed under WATCH; take a fresh snapshot.
     }
-    bail!("the sale kept changing during {REPAIR_ATTEMPTS_MAX} repair attempts; close it or retry when it is quieter")
+    bail!("the sale kept changing during {ATTEMPTS_MAX} repair attempts; close it or retry when it is quieter")
+}
+
+fn repair_transaction(keys: &EventKeys, c: &Comparison) -> redis::Pipeline {
+    let mut tx = redis::pipe();
+    tx.atomic();
+    tx.cmd("DEL").arg(&keys.taken).arg(&keys.free).ignore();
+    let mut taken = redis::cmd("HSET");
+    taken.arg(&keys.taken);
+    for (level, n) in &c.expected_taken {
+        taken.arg(level).arg(n);
+    }
+    tx.add_command(taken).ignore();
+    for chunk in c.expected_free_seats.chunks(10_000) {
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg(&keys.free);
+        for s in chunk {
+            zadd.arg(s).arg(s);
+        }
+        tx.add_command(zadd).ignore();
+    }
+    for (code, record) in &c.expected_records {
+        tx.cmd("HSET").arg(&keys.adm).arg(code).arg(record).ignore();
+    }
+    for code in &c.orphans {
+        tx.cmd("HDEL").arg(&keys.adm).arg(code).ignore();
+    }
+    tx.cmd("HSET").arg(&keys.meta).arg("total_seats").arg(c.total_seats).ignore();
+    tx
+}
+
+/// Pending admissions older than `persist_timeout` (by Redis's clock), each with why a reaper may
+/// not be able to settle it: what `status` shows next to the reaper's `skipped` counter.
+pub async fn unsettled(conn: &mut MultiplexedConnection, event: &StoredEvent, persist_timeout: Duration) -> anyhow::Result<Vec<String>> {
+    let keys = EventKeys::new(&event.spec.id);
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
+    let cutoff_ms = secs * 1000 + micros / 1000 - persist_timeout.as_millis() as i64;
+    let codes: Vec<String> = redis::cmd("ZRANGEBYSCORE").arg(&keys.pending).arg("-inf").arg(cutoff_ms).query_async(conn).await?;
+    let mut found = Vec::with_capacity(codes.len());
+    for code in codes {
+        let record: Option<String> = redis::cmd("HGET").arg(&keys.adm).arg(&code).query_async(conn).await?;
+        let adm = CodeHash::from_hex(&code).zip(record).and_then(|(hash, r)| Admission::from_record(hash, &r));
+        let short = &code[..code.len().min(12)];
+        found.push(match adm {
+            None => format!("{short}…: pending without a readable admission record"),
+            Some(a) if !event.spec.levels.keys().any(|l| l.as_str() == a.level) => {
+                format!("{short}…: level {} no longer exists in the database (the reaper skips it); put the level back with `event apply`", a.level)
+            }
+            Some(a) if a.slot > event.spec.total_seats => {
+                format!("{short}…: seat {} is above total_seats {}; put total_seats back with `event apply`", a.slot, event.spec.total_seats)
+            }
+            Some(a) => format!("{short}…: level {}, seat {}: waiting for a reaper (is a `serve` running?)", a.level, a.slot),
+        });
+    }
+    Ok(found)
 }

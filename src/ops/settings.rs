@@ -52,4 +52,7 @@ pub struct Settings {
     /// Answer the allowlist gate from an in-memory copy of the event's code hashes (false = SISMEMBER per request)
     #[arg(long, env = "SEATRUSH_ALLOWLIST_IN_MEMORY", global = true, default_value_t = true, action = clap::ArgAction::Set)]
     pub allowlist_in_memory: bool,
+    /// Requests one `serve` handles at once; one more is answered 503 retry (with Retry-After) at once
+    #[arg(long, env = "SEATRUSH_IN_FLIGHT_MAX", global = true, default_value_t = crate::http::IN_FLIGHT_MAX_DEFAULT)]
+    pub in_flight_max: usize,
 }

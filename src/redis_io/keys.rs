@@ -9,7 +9,8 @@ pub const EVENTS_KEY: &str = "seatrush:events";
 /// The keys of one event.
 #[derive(Clone, Debug)]
 pub struct EventKeys {
-    /// hash: total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, loaded_at_ms
+    /// hash: total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, opened_at_ms,
+    /// allow_version, generation (bumped by every `open` switch and every `close`)
     pub meta: String,
     /// set of code hashes allowed to book
     pub allow: String,
@@ -25,6 +26,8 @@ pub struct EventKeys {
     pub pending: String,
     /// counter of release-script runs; each run writes it so its WAIT covers the release
     pub syncs: String,
+    /// string: the operator command that holds the event (owner), with an expiry
+    pub lock: String,
 }
 
 impl EventKeys {
@@ -39,12 +42,14 @@ impl EventKeys {
             adm: format!("{tag}:adm"),
             pending: format!("{tag}:pending"),
             syncs: format!("{tag}:syncs"),
+            lock: format!("{tag}:lock"),
         }
     }
 
-    /// Where `open` builds a key before the atomic switch renames it into place.
-    pub fn staged(key: &str) -> String {
-        format!("{key}:staged")
+    /// Where one `open` run builds a key before the atomic switch renames it into place; `run`
+    /// is unique per run, so two runs never stage into the same key.
+    pub fn staged(key: &str, run: &str) -> String {
+        format!("{key}:staged:{run}")
     }
 }
 
@@ -55,9 +60,10 @@ mod tests {
     #[test]
     fn every_key_shares_the_event_hash_tag() {
         let keys = EventKeys::new(&EventId::parse("spring-exam").unwrap());
-        for key in [&keys.meta, &keys.allow, &keys.cap, &keys.taken, &keys.free, &keys.adm, &keys.pending, &keys.syncs] {
+        for key in [&keys.meta, &keys.allow, &keys.cap, &keys.taken, &keys.free, &keys.adm, &keys.pending, &keys.syncs, &keys.lock] {
             assert!(key.starts_with("{ev:spring-exam}:"), "{key}");
         }
-        assert!(EventKeys::staged(&keys.allow).starts_with("{ev:spring-exam}:"));
+        assert!(EventKeys::staged(&keys.allow, "r1").starts_with("{ev:spring-exam}:"));
+        assert_ne!(EventKeys::staged(&keys.allow, "r1"), EventKeys::staged(&keys.allow, "r2"));
     }
 }

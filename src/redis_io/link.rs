@@ -145,6 +145,25 @@ pub async fn require_noeviction(conn: &mut MultiplexedConnection) -> anyhow::Res
     Ok(())
 }
 
+/// A warning when the primary keeps neither an append-only file nor RDB snapshots. Such a
+/// primary that restarts before Sentinel marks it down comes back empty, and its replicas resync
+/// from it and are wiped too: the sale's Redis side is gone (the database still holds every held
+/// and paid booking, and `open` rebuilds Redis from it).
+pub async fn persistence_warning(conn: &mut MultiplexedConnection) -> RedisResult<Option<String>> {
+    let appendonly = config_get(conn, "appendonly").await?.unwrap_or_default();
+    let save = config_get(conn, "save").await?.unwrap_or_default();
+    if appendonly == "yes" || !save.trim().is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(
+        "the Redis primary runs with neither AOF (appendonly no) nor RDB snapshots (save \"\"): if it restarts before Sentinel \
+         marks it down, it comes back empty and its replicas resync from it and are wiped too. \
+         Fix: redis-cli CONFIG SET appendonly yes (and in redis.conf); or keep a crashed primary down longer than Sentinel's \
+         down-after-milliseconds. After a wipe, `seatrush open --event ID` rebuilds every held and paid seat from the database."
+            .to_owned(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

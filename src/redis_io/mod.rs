@@ -4,5 +4,6 @@
 
 pub mod keys;
 pub mod link;
+pub mod oplock;
 pub mod scripts;
 pub mod snapshot;

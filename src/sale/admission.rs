@@ -178,7 +178,7 @@ impl Sale {
     /// The seat, unless its payment window has already run out by the database's clock (a retry
     /// after a long outage): a candidate never gets a `201` whose hold is over.
     async fn unexpired(&self, seat: Booked) -> Result<Booked, Refusal> {
-        match self.store.clock_ms().await {
+        match self.persister.clock_ms().await {
             Ok(now) if seat.hold_until_ms > now => Ok(seat),
             Ok(_) => Err(Refusal::Retry("the hold ran out before the answer")),
             Err(_) => Err(Refusal::Retry("database unavailable")),

@@ -1,18 +1,26 @@
 //! The open events as `serve` sees them: read from Redis (where `open` put them), kept in memory
 //! for a short while so the read-only gates (level, window) cost no round trip, and re-read often
 //! enough that `close` or a newly opened event shows within [`CATALOG_TTL`].
+//!
+//! Anyone may ask for any event id, so nothing here grows with what clients send: an id is looked
+//! up in the set of loaded events (`seatrush:events`), read at most once per [`CATALOG_TTL`] for
+//! all callers together; an id not in it is answered "unknown" without a Redis read and without a
+//! cache entry. Only loaded events get a cached view, at most [`CATALOG_EVENTS_MAX`] of them.
 
 use crate::domain::event::{EventId, LevelName};
-use crate::redis_io::keys::EventKeys;
+use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
 use crate::redis_io::link::RedisLink;
 use redis::RedisResult;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::RwLock;
+use tokio::sync::{Mutex, RwLock};
 
-/// How long a cached view of an event is trusted.
+/// How long a cached view of an event, or the set of loaded event ids, is trusted.
 pub const CATALOG_TTL: Duration = Duration::from_millis(250);
+/// Most event views kept in memory. Views exist only for events `open` loaded, so this bounds an
+/// operator's mistake (thousands of events), not a client's.
+pub const CATALOG_EVENTS_MAX: usize = 1024;
 
 /// One opened event: everything the gates need.
 #[derive(Clone, Debug)]
@@ -60,10 +68,18 @@ impl EventView {
     }
 }
 
+/// The ids `open` loaded, as last read, and when.
+struct LoadedIds {
+    ids: Arc<HashSet<String>>,
+    read_at: Option<Instant>,
+}
+
 /// Cached event views.
 pub struct Catalog {
     link: Arc<RedisLink>,
     cache: RwLock<HashMap<EventId, Cached>>,
+    /// Held while the set is re-read, so concurrent callers share one read.
+    loaded: Mutex<LoadedIds>,
 }
 
 /// An event as last read (None: never opened), and when it was read.
@@ -71,7 +87,7 @@ type Cached = (Option<Arc<EventView>>, Instant);
 
 impl Catalog {
     pub fn new(link: Arc<RedisLink>) -> Self {
-        Self { link, cache: RwLock::new(HashMap::new()) }
+        Self { link, cache: RwLock::new(HashMap::new()), loaded: Mutex::new(LoadedIds { ids: Arc::new(HashSet::new()), read_at: None }) }
     }
 
     /// The event as `open` loaded it, or None if it was never opened.
@@ -81,7 +97,7 @@ impl Catalog {
                 return Ok(view.clone());
             }
         }
-        let view = self.fetch(id).await?.map(Arc::new);
+        let view = if self.loaded_ids().await?.contains(id.as_str()) { self.fetch(id).await?.map(Arc::new) } else { None };
         let mut cache = self.cache.write().await;
         let known = cache.get(id).is_some_and(|(v, _)| v.is_some());
         if view.is_none() && known {
@@ -93,8 +109,51 @@ impl Catalog {
             self.link.report(&err).await;
             return Err(err);
         }
-        cache.insert(id.clone(), (view.clone(), Instant::now()));
+        if view.is_some() {
+            if cache.len() >= CATALOG_EVENTS_MAX && !cache.contains_key(id) {
+                cache.retain(|_, (_, at)| at.elapsed() < CATALOG_TTL);
+            }
+            if cache.len() < CATALOG_EVENTS_MAX || cache.contains_key(id) {
+                cache.insert(id.clone(), (view.clone(), Instant::now()));
+            }
+        }
         Ok(view)
+    }
+
+    /// How many event views are cached (for the memory test and the benchmark).
+    pub async fn cached_views(&self) -> usize {
+        self.cache.read().await.len()
+    }
+
+    /// True when `open` has switched the event into place on the primary: its meta key exists.
+    /// Read fresh, never from the cache. A release whose script found no record while this is
+    /// false must stay unsynced: a rebuilding `open` may still install that record.
+    pub async fn loaded_in_redis(&self, id: &EventId) -> RedisResult<bool> {
+        let mut conn = self.link.shared().await?;
+        let exists = is_loaded(&mut conn, &EventKeys::new(id)).await;
+        if let Err(e) = &exists {
+            self.link.report(e).await;
+        }
+        exists
+    }
+
+    /// The set of loaded event ids, re-read at most once per [`CATALOG_TTL`] for all callers.
+    async fn loaded_ids(&self) -> RedisResult<Arc<HashSet<String>>> {
+        let mut loaded = self.loaded.lock().await;
+        if loaded.read_at.is_some_and(|at| at.elapsed() < CATALOG_TTL) {
+            return Ok(loaded.ids.clone());
+        }
+        let mut conn = self.link.shared().await?;
+        let ids: HashSet<String> = match redis::cmd("SMEMBERS").arg(EVENTS_KEY).query_async(&mut conn).await {
+            Ok(ids) => ids,
+            Err(err) => {
+                self.link.report(&err).await;
+                return Err(err);
+            }
+        };
+        loaded.ids = Arc::new(ids);
+        loaded.read_at = Some(Instant::now());
+        Ok(loaded.ids.clone())
     }
 
     async fn fetch(&self, id: &EventId) -> RedisResult<Option<EventView>> {
@@ -111,6 +170,14 @@ impl Catalog {
         };
         Ok(view_from(id, keys, &meta, caps))
     }
+}
+
+/// True when `open` has switched the event into place on the server `conn` reaches (its meta key
+/// exists). A release script that found no record while this was false must not mark its row
+/// synced: a rebuilding `open` may still install that record. Asked before the script runs, on
+/// its connection: the switch is atomic, so an event loaded then has its records in place.
+pub async fn is_loaded(conn: &mut redis::aio::MultiplexedConnection, keys: &EventKeys) -> RedisResult<bool> {
+    redis::cmd("EXISTS").arg(&keys.meta).query_async(conn).await
 }
 
 fn view_from(id: &EventId, keys: EventKeys, meta: &HashMap<String, String>, caps: HashMap<String, i64>) -> Option<EventView> {

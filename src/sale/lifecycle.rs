@@ -125,6 +125,11 @@ impl Sale {
             let (event, row) = entry;
             let Some(admission) = admission_of(row) else { continue };
             let keys = EventKeys::new(event);
+            // Not loaded: a rebuilding `open` may still install this row's record; the row stays
+            // unsynced and a later pass releases it once the event is back.
+            if !crate::sale::catalog::is_loaded(conn, &keys).await? {
+                continue;
+            }
             let reply = scripts::run(conn, &self.scripts.release, &self.scripts.release_call(&keys, &admission)).await?;
             match decode_changed(reply) {
                 Ok(_) => ran.push(entry),

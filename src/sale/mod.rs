@@ -97,7 +97,8 @@ impl Sale {
         Self {
             catalog: Catalog::new(link.clone()),
             allowlist: AllowCache::new(link.clone()),
-            persister: Persister::start(store.clone(), settings.persist),
+            // Its own connections: the shared pool's users (health, payments, reaper) cannot starve it.
+            persister: Persister::start(store.dedicated(settings.persist.connections()), settings.persist),
             link,
             scripts,
             committer,

@@ -26,6 +26,18 @@ pub struct PersistPolicy {
     pub direct_sqlite: bool,
 }
 
+/// Connections of the request path's own pool when batching is off (one transaction per request).
+pub const UNBATCHED_CONNECTIONS_MAX: u32 = 16;
+
+impl PersistPolicy {
+    /// Database connections the request path needs: one per writer task and one for its read of
+    /// the database clock before a `201` ([`Persister::clock_ms`]), or a small pool when every
+    /// request writes on its own.
+    pub fn connections(&self) -> u32 {
+        if self.batch_size_max == 0 { UNBATCHED_CONNECTIONS_MAX } else { self.writers.max(1) as u32 + 1 }
+    }
+}
+
 impl Default for PersistPolicy {
     fn default() -> Self {
         Self { batch_size_max: 256, linger: Duration::ZERO, writers: 1, direct_sqlite: true }
@@ -67,6 +79,11 @@ impl Persister {
             tokio::spawn(write_batches(writer.clone(), policy, receiver.clone()));
         }
         Self { store, queue: Some(queue) }
+    }
+
+    /// The database's clock, read on the request path's own connections.
+    pub async fn clock_ms(&self) -> Result<i64, StoreError> {
+        self.store.clock_ms().await
     }
 
     /// The request path's write, batched or not; same outcome either way.

@@ -13,6 +13,7 @@ use crate::sale::Sale;
 use crate::domain::admission::Admission;
 use crate::sale::stats::Stats;
 use crate::sale::settle::Settled;
+use crate::store::StoreError;
 use redis::RedisResult;
 use std::future::Future;
 
@@ -24,6 +25,8 @@ pub const REAP_BATCH_MAX: isize = 500;
 pub struct ReapReport {
     pub released: usize,
     pub persisted: usize,
+    /// Entries the database refused to settle; left pending, tried again next pass.
+    pub skipped: usize,
 }
 
 impl Sale {
@@ -93,6 +96,7 @@ impl Sale {
             let r = self.reap_once(&event).await?;
             report.released += r.released;
             report.persisted += r.persisted;
+            report.skipped += r.skipped;
         }
         Ok(report)
     }
@@ -109,7 +113,20 @@ impl Sale {
             if admission.admitted_ms > cutoff_ms {
                 continue;
             }
-            match self.settle(event, &keys, &admission, false).await? {
+            let settled = match self.settle(event, &keys, &admission, false).await {
+                Ok(settled) => settled,
+                // One entry the database refuses (its level was dropped, say) must not stop the
+                // pass: every entry after it would wait forever. Skip it, say so, count it.
+                Err(e) if e.downcast_ref::<StoreError>().is_some_and(StoreError::is_refusal_of_the_row) => {
+                    tracing::error!(%event, level = %admission.level, slot = admission.slot, error = %e,
+                        "reaper cannot settle a pending admission; skipped (see `seatrush status`)");
+                    Stats::bump(&self.stats.reaper_skipped);
+                    report.skipped += 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match settled {
                 Settled::Persisted => {
                     Stats::bump(&self.stats.reaper_persisted);
                     report.persisted += 1;

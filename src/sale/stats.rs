@@ -62,9 +62,11 @@ counters! {
     undone_refused => undone_total { reason = "database_refused" }: "admissions undone because the database refused them",
     reaper_released => reaper_total { outcome = "released" }: "pending admissions the reaper released",
     reaper_persisted => reaper_total { outcome = "already_persisted" }: "pending entries the reaper found already in the database",
+    reaper_skipped => reaper_total { outcome = "skipped" }: "pending entries the reaper could not settle (the database refused them); skipped, tried again next pass",
     holds_expired => holds_expired_total: "unpaid holds released at hold_until",
     paid => paid_total: "bookings marked paid",
     cancelled => cancelled_total: "bookings cancelled by an operator",
+    shed => shed_total: "requests answered 503 at once because too many were in flight in this process",
 }
 
 impl Stats {

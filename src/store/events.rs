@@ -23,8 +23,8 @@ pub struct StoredEvent {
 
 impl Store {
     /// Creates or updates an event and its levels; refused while the event is open. A level that
-    /// already has bookings cannot be removed, and no cap may fall below its bookings (the
-    /// database's checks say so).
+    /// already has bookings cannot be removed, no cap may fall below its bookings (the database's
+    /// checks say so), and `total_seats` may not shrink below a seat number a booking holds.
     pub async fn apply_event(&self, spec: &EventSpec) -> Result<(), StoreError> {
         let id = spec.id.as_str();
         on_pool!(self, pool => {
@@ -33,6 +33,15 @@ impl Store {
                 .bind(id).fetch_optional(&mut *tx).await?;
             if matches!(&state, Some((s,)) if s == "open") {
                 return Err(StoreError::EventOpen(id.to_owned()));
+            }
+            let (beyond,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM bookings WHERE event_id = $1 AND state IN ('held', 'paid') AND slot > $2",
+            ).bind(id).bind(spec.total_seats).fetch_one(&mut *tx).await?;
+            if beyond > 0 {
+                return Err(StoreError::Refused(format!(
+                    "{beyond} held or paid bookings have seat numbers above the new total_seats {}; cancel them first",
+                    spec.total_seats
+                )));
             }
             sqlx::query(
                 "INSERT INTO events (id, total_seats, hold_seconds, opens_at_ms, closes_at_ms) VALUES ($1, $2, $3, $4, $5)

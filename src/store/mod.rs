@@ -3,11 +3,13 @@
 //! SQL is shared (`$N` placeholders work in both) and runs through [`on_pool!`].
 
 mod bookings;
+mod consistent;
 mod events;
 mod hold_batch;
 mod sqlite_batch;
 
 pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome, Release};
+pub use consistent::HoldersSnapshot;
 pub use events::StoredEvent;
 pub use hold_batch::HoldItem;
 pub use sqlite_batch::SqliteBatchWriter;
@@ -17,9 +19,12 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use std::str::FromStr;
 use std::time::Duration;
 
-/// Connections per pool; SQLite serialises writers anyway, PostgreSQL gets a few for parallel commits.
+/// Connections of the shared pool (health checks, payments, cancels, the reaper and expiry, the
+/// operator commands); SQLite serialises writers anyway, PostgreSQL gets a few for parallel
+/// commits. The request path's writer has its own ([`Store::dedicated`]); README "Database
+/// connections" adds them up for PostgreSQL's `max_connections`.
 const SQLITE_POOL_MAX: u32 = 4;
-const POSTGRES_POOL_MAX: u32 = 16;
+pub const POSTGRES_POOL_MAX: u32 = 16;
 /// How long an SQLite writer waits for another process's write lock before failing.
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -65,6 +70,17 @@ pub enum StoreError {
     Batch(String),
 }
 
+impl StoreError {
+    /// True when the database refused this one row (a foreign key, check, unique or not-null
+    /// constraint), not when it is unreachable or busy: a batch can skip the row and go on.
+    pub fn is_refusal_of_the_row(&self) -> bool {
+        match self {
+            StoreError::Sql(sqlx::Error::Database(db)) => !matches!(db.kind(), sqlx::error::ErrorKind::Other),
+            _ => false,
+        }
+    }
+}
+
 impl Store {
     /// Connects (creating an SQLite file if needed) and brings the schema up to date.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
@@ -108,6 +124,27 @@ impl Store {
             Store::Postgres(pool) => sqlx::migrate!("migrations/postgres").run(pool).await?,
         }
         Ok(())
+    }
+
+    /// A store over a pool of its own with at most `connections` connections to the same
+    /// database, opened lazily. The request path writes through one, so `/healthz`, payment
+    /// bursts and the reaper, which share the main pool, can never starve it (and it them).
+    pub fn dedicated(&self, connections: u32) -> Store {
+        let connections = connections.max(1);
+        match self {
+            Store::Sqlite(pool) => Store::Sqlite(
+                SqlitePoolOptions::new()
+                    .max_connections(connections)
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .connect_lazy_with((*pool.connect_options()).clone()),
+            ),
+            Store::Postgres(pool) => Store::Postgres(
+                PgPoolOptions::new()
+                    .max_connections(connections)
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .connect_lazy_with((*pool.connect_options()).clone()),
+            ),
+        }
     }
 
     /// The SQLite file behind the pool, for a writer of its own; None for PostgreSQL.

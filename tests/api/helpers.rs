@@ -42,6 +42,8 @@ pub struct AppOptions {
     /// Run the reaper loop in the background (tests that drive passes by hand leave it off).
     pub background_reaper: bool,
     pub open: bool,
+    /// Requests the server handles at once before it sheds.
+    pub in_flight_max: usize,
 }
 
 impl Default for AppOptions {
@@ -59,6 +61,7 @@ impl Default for AppOptions {
             wait_timeout: Duration::from_millis(200),
             background_reaper: false,
             open: true,
+            in_flight_max: seatrush::http::IN_FLIGHT_MAX_DEFAULT,
         }
     }
 }
@@ -170,7 +173,7 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
         ..SaleSettings::default()
     };
     let sale = Arc::new(Sale::new(link, store.clone(), settings, FaultPlan::none()));
-    let state = AppState { sale: sale.clone(), hasher: hasher.clone(), operator_token: Some(OPERATOR_TOKEN.into()) };
+    let state = AppState { sale: sale.clone(), hasher: hasher.clone(), operator_token: Some(OPERATOR_TOKEN.into()), in_flight_max: options.in_flight_max };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -12,6 +12,8 @@ mod holes;
 mod layout;
 mod lifecycle;
 mod observability;
+mod operator;
+mod overload;
 mod persister;
 mod scripts;
 mod secrecy;

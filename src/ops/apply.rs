@@ -1,0 +1,66 @@
+//! `event apply`: the database change, under the event's operator lock, refused while Redis still
+//! holds admissions the change would strand. The database checks only its own rows; an admission
+//! still pending in Redis (admitted, not yet written) in a level the change drops would fail the
+//! reaper's write on every pass, and a seat number above a shrunk `total_seats` would return to a
+//! pool that no longer has it.
+
+use crate::domain::event::EventSpec;
+use crate::ops::loader::records_by_level;
+use crate::redis_io::keys::EventKeys;
+use crate::redis_io::oplock::OperatorLock;
+use crate::store::{Store, StoreError};
+use anyhow::bail;
+use redis::aio::MultiplexedConnection;
+
+/// Checks the change against Redis, then applies it to the database, all under the lock.
+pub async fn apply_event(conn: &mut MultiplexedConnection, store: &Store, spec: &EventSpec) -> anyhow::Result<()> {
+    let lock = OperatorLock::acquire(conn, &spec.id, "event apply").await?;
+    let applied = apply_locked(conn, store, spec).await;
+    if let Err(e) = lock.release().await {
+        tracing::warn!(event = %spec.id, error = %e, "cannot free the operator lock; it expires by itself");
+    }
+    applied
+}
+
+async fn apply_locked(conn: &mut MultiplexedConnection, store: &Store, spec: &EventSpec) -> anyhow::Result<()> {
+    let refusals = redis_refusals(conn, spec).await?;
+    if !refusals.is_empty() {
+        bail!("event {} not changed: {}", spec.id, refusals.join("; "));
+    }
+    match store.apply_event(spec).await {
+        Err(StoreError::Refused(why)) => bail!("event {} not changed: {why}", spec.id),
+        other => Ok(other?),
+    }
+}
+
+/// Every reason Redis gives to refuse the change; empty when it may go ahead.
+pub async fn redis_refusals(conn: &mut MultiplexedConnection, spec: &EventSpec) -> anyhow::Result<Vec<String>> {
+    let keys = EventKeys::new(&spec.id);
+    let state: Option<String> = redis::cmd("HGET").arg(&keys.meta).arg("state").query_async(conn).await?;
+    if state.as_deref() == Some("open") {
+        return Ok(vec![format!("it is open in Redis; run `seatrush close --event {}` first", spec.id)]);
+    }
+    let mut refusals = Vec::new();
+    let mut admissions = 0;
+    for (level, records) in records_by_level(conn, &keys).await? {
+        admissions += records.count;
+        match spec.levels.iter().find(|(name, _)| name.as_str() == level) {
+            None => refusals.push(format!(
+                "level {level} still has {} admissions in Redis (pending, held or paid) and cannot be removed",
+                records.count
+            )),
+            Some((_, cap)) if (*cap as usize) < records.count => {
+                refusals.push(format!("cap of {level} ({cap}) is below its {} admissions in Redis", records.count))
+            }
+            Some(_) => {}
+        }
+        let beyond = records.slots_beyond(spec.total_seats);
+        if beyond > 0 {
+            refusals.push(format!("{beyond} admissions in level {level} hold seat numbers above the new total_seats {}", spec.total_seats));
+        }
+    }
+    if admissions as i64 > spec.total_seats {
+        refusals.push(format!("total_seats {} is below the {admissions} admissions in Redis", spec.total_seats));
+    }
+    Ok(refusals)
+}

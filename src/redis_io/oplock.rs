@@ -1,0 +1,127 @@
+//! The per-event operator lock. `event apply`, `open`, `close` and `reconcile --repair` each
+//! change an event in several steps; two of them interleaved on one event corrupt it (a re-open's
+//! staging wiped by another, a switch landing after `close`). Each takes this lock first: a
+//! Redis key with the owner's name and an expiry, renewed while the command runs. A second
+//! command is refused with a message that names the holder; a holder that died frees the lock
+//! when it expires. The lock is a courtesy between operators, not the last guard: `open`'s switch
+//! and `close` are also conditional on the state they read (see `ops/loader.rs`).
+
+use crate::domain::event::EventId;
+use crate::redis_io::keys::EventKeys;
+use redis::aio::MultiplexedConnection;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a lock outlives a holder that stopped renewing it (crashed, or cut off from Redis).
+pub const LOCK_TTL: Duration = Duration::from_secs(30);
+/// Renewals per [`LOCK_TTL`], so one or two lost renewals do not lose the lock.
+const RENEWALS_PER_TTL: u32 = 3;
+
+fn renew_script() -> redis::Script {
+    redis::Script::new(include_str!("../../lua/lock_renew.lua"))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(
+        "event {event} is locked by another operator command: {holder} (expires in {expires_in_ms} ms unless renewed). \
+         Wait for it to finish; if that process is gone, the lock frees itself when it expires"
+    )]
+    Held { event: String, holder: String, expires_in_ms: i64 },
+    #[error("cannot take the operator lock of event {event}: {source}")]
+    Redis { event: String, source: redis::RedisError },
+}
+
+/// A held lock. [`OperatorLock::release`] frees it; dropped without release, it stops renewing
+/// and expires after [`LOCK_TTL`].
+pub struct OperatorLock {
+    conn: MultiplexedConnection,
+    key: String,
+    owner: String,
+    lost: Arc<AtomicBool>,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+impl OperatorLock {
+    /// Takes the lock of `event` for `command` (a few words naming it, e.g. "open"), or says who holds it.
+    pub async fn acquire(conn: &MultiplexedConnection, event: &EventId, command: &str) -> Result<Self, LockError> {
+        let mut conn = conn.clone();
+        let key = EventKeys::new(event).lock;
+        let owner = owner_name(command);
+        let redis_err = |source| LockError::Redis { event: event.to_string(), source };
+        let taken: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(&owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(LOCK_TTL.as_millis() as u64)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        if taken.is_none() {
+            let (holder, expires_in_ms): (Option<String>, i64) =
+                redis::pipe().get(&key).pttl(&key).query_async(&mut conn).await.map_err(redis_err)?;
+            return Err(LockError::Held {
+                event: event.to_string(),
+                holder: holder.unwrap_or_else(|| "a command that just finished (try again)".into()),
+                expires_in_ms,
+            });
+        }
+        let lost = Arc::new(AtomicBool::new(false));
+        let renewer = tokio::spawn(renew(conn.clone(), key.clone(), owner.clone(), lost.clone()));
+        Ok(Self { conn, key, owner, lost, renewer })
+    }
+
+    /// The value the lock key holds while this lock is held; scripts that must only run under
+    /// the lock compare it.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// True once a renewal found the lock gone or taken by another (this holder was too slow).
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    /// Frees the lock if it is still ours.
+    pub async fn release(mut self) -> redis::RedisResult<()> {
+        self.renewer.abort();
+        renew_script().key(&self.key).arg(&self.owner).arg(0).invoke_async::<i64>(&mut self.conn).await?;
+        Ok(())
+    }
+}
+
+impl Drop for OperatorLock {
+    fn drop(&mut self) {
+        self.renewer.abort();
+    }
+}
+
+async fn renew(mut conn: MultiplexedConnection, key: String, owner: String, lost: Arc<AtomicBool>) {
+    let mut tick = tokio::time::interval(LOCK_TTL / RENEWALS_PER_TTL);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let renewed = renew_script().key(&key).arg(&owner).arg(LOCK_TTL.as_millis() as u64).invoke_async::<i64>(&mut conn).await;
+        match renewed {
+            Ok(1) => {}
+            Ok(_) => {
+                tracing::warn!(lock = %key, "operator lock lost: it expired and another command may hold it");
+                lost.store(true, Ordering::Relaxed);
+                return;
+            }
+            Err(e) => tracing::warn!(lock = %key, error = %e, "cannot renew the operator lock; retrying"),
+        }
+    }
+}
+
+/// "open by alice@host pid 4242 at 2026-11-30T01:02:03Z run 1a2b3c4d": enough for an operator
+/// to find the other command; unique per run, so only this run's scripts match it.
+fn owner_name(command: &str) -> String {
+    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "unknown-host".into());
+    let at = crate::domain::event::rfc3339_ms(crate::domain::event::now_ms());
+    let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    format!("{command} by {user}@{host} pid {} at {at} run {run}", std::process::id())
+}
