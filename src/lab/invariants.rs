@@ -2,6 +2,7 @@
 //! clients were told. Used by the tests after every scenario and by the fault runner after every
 //! run; meant for a quiet moment (nothing in flight, the reaper done).
 
+use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::snapshot::RedisSide;
@@ -64,10 +65,21 @@ pub async fn violations(conn: &mut MultiplexedConnection, store: &Store, event: 
     }
     let unmatched = holders.iter().filter(|r| !records.contains_key(r.code.as_str())).count();
     if unmatched > 0 || records.len() != holders.len() {
+        let held: HashSet<&str> = holders.iter().map(|r| r.code.as_str()).collect();
+        let mut orphans = Vec::new();
+        for (code, record) in records.iter().filter(|(c, _)| !held.contains(c.as_str())).take(3) {
+            let row = match CodeHash::from_hex(code) {
+                Some(hash) => store.booking(event, &hash).await?,
+                None => None,
+            };
+            let row = row.map_or("no row".to_owned(), |r| format!("row {} for admission {} (nonce {})", r.state, r.admission_id, r.nonce));
+            orphans.push(format!("{}: record {record:?}, {row}", &code[..code.len().min(12)]));
+        }
         v.push(format!(
-            "one seat per candidate: {} admission records in Redis, {} holders in the database ({unmatched} holders without a record)",
+            "one seat per candidate: {} admission records in Redis, {} holders in the database ({unmatched} holders without a record; records without a holder, e.g. {})",
             records.len(),
-            holders.len()
+            holders.len(),
+            orphans.join("; ")
         ));
     }
     Ok(v)
@@ -88,6 +100,8 @@ pub struct Told {
     /// For a 201: the end of the hold told. RFC 3339 in whole seconds, so never later than the
     /// row's own `hold_until`.
     pub hold_until_ms: i64,
+    /// When its first request was sent: no write for this nonce happened before.
+    pub asked_ms: i64,
     /// When the answer arrived; the server decided it earlier.
     pub answered_ms: i64,
 }
@@ -112,8 +126,10 @@ pub struct OperatorAnswer {
     /// The nonce of the 201 the call followed.
     pub nonce: String,
     pub call: OperatorCall,
-    /// When it was first sent; it may have been carried out at any moment after.
+    /// When it was first sent; it may have been carried out at any moment after…
     pub sent_ms: i64,
+    /// …until its final answer arrived (`i64::MAX` when none did).
+    pub answered_ms: i64,
     /// Final HTTP status; 0 when none came.
     pub status: u16,
     /// The body's `status` (`paid`, `released`, ...).
@@ -199,12 +215,17 @@ impl Tally {
 ///   booking not paid; nothing is paid after its hold ran out.
 pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) -> anyhow::Result<Vec<String>> {
     let rows = final_rows(store, event).await?;
-    let mut cancels: HashMap<&str, Vec<i64>> = HashMap::new();
+    let mut cancels: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
     for c in journal.operator.iter().filter(|c| c.call == OperatorCall::Cancel) {
-        cancels.entry(c.code.as_str()).or_default().push(c.sent_ms);
+        cancels.entry(c.code.as_str()).or_default().push((c.sent_ms, c.answered_ms));
     }
-    let cancel_sent_by = |code: &str, t: i64| cancels.get(code).is_some_and(|sent| sent.iter().any(|s| *s <= t));
-    let first_cancel = |code: &str| cancels.get(code).and_then(|sent| sent.iter().min().copied()).unwrap_or(i64::MAX);
+    // The cancels that may have ended `t`'s hold: still under way after `t` was first asked for
+    // (a cancel answered before that cannot touch a row written later).
+    let cancels_of = |t: &Told| -> Vec<i64> {
+        cancels.get(t.code.as_str()).into_iter().flatten().filter(|(_, answered)| *answered >= t.asked_ms).map(|(sent, _)| *sent).collect()
+    };
+    let cancel_sent_by = |t: &Told, at: i64| cancels_of(t).iter().any(|sent| *sent <= at);
+    let first_cancel = |t: &Told| cancels_of(t).into_iter().min().unwrap_or(i64::MAX);
     let mut v = Tally::default();
 
     let admitted: Vec<&Told> = journal.told.iter().filter(|t| t.status == 201).collect();
@@ -217,7 +238,7 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
                     v.add("a candidate holds another seat than the one it was told", format!("{code} told seat {slot}, holds seat {}", r.slot));
                 }
             }
-            Some(r) if r.updated_ms < until && !cancel_sent_by(&t.code, r.updated_ms) => {
+            Some(r) if r.updated_ms < until && !cancel_sent_by(t, r.updated_ms) => {
                 let by = if r.nonce == t.nonce { "released" } else { "taken by another attempt of its code" };
                 v.add(
                     "a candidate told 201 lost its seat before its hold ran out, with no cancel sent",
@@ -231,7 +252,7 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
     // Two clients told one seat while both believed they held it.
     let mut by_slot: HashMap<i64, Vec<(i64, i64, &str)>> = HashMap::new();
     for t in &admitted {
-        let end = t.hold_until_ms.min(first_cancel(&t.code));
+        let end = t.hold_until_ms.min(first_cancel(t));
         by_slot.entry(t.slot).or_default().push((t.answered_ms, end, t.code.as_str()));
     }
     for (slot, claims) in &by_slot {

@@ -74,6 +74,10 @@ pub struct RunConfig {
     /// Send no payments or cancels: candidates book, and holds only run out
     #[arg(long)]
     pub no_operator_calls: bool,
+    /// Share (per mille) of candidates who book again, with a new nonce, once their booking was
+    /// cancelled or ran out
+    #[arg(long, default_value_t = 500)]
+    pub rebook_per_mille: u32,
     /// Committer connections per serve (at least 2, so group-commit rounds overlap)
     #[arg(long, default_value_t = 2)]
     pub commit_connections: usize,
@@ -97,8 +101,10 @@ pub struct Report {
     pub replies_lost: u64,
     pub serve_kills: usize,
     pub serve_restarts: usize,
-    /// Real candidates told `201` (bots' fake successes excluded).
+    /// Real candidates told `201` (bots' fake successes excluded), bookings again included.
     pub admitted: usize,
+    /// Candidates who booked again after a cancel or the end of their hold.
+    pub rebookings: usize,
     pub hold_seconds: i64,
     pub commit_connections: usize,
     /// Operator calls sent during the run, and how many were answered paid / released.
@@ -168,12 +174,13 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         kinds.iter().map(|k| tokio::spawn(inject::run(*k, topo.clone(), injected.clone(), stopped.clone()))).collect();
     let sampler = operator::sample(topo.store.clone(), event.clone(), stopped.clone());
     let (told_tx, told_rx) = tokio::sync::mpsc::unbounded_channel();
-    let operator = operator::spawn(topo.fleet.urls(), told_rx, !config.no_operator_calls);
+    let targets = operator::Targets { operator: topo.fleet.urls(), bookings: booking_urls(&topo) };
+    let operator = operator::spawn(targets, told_rx, !config.no_operator_calls, config.rebook_per_mille);
 
     let candidates = crowd_of(config.candidates, &codes);
-    let (outcomes, answered_at): (Vec<Outcome>, Vec<i64>) = paced_burst(&topo, candidates, config, told_tx).await.into_iter().unzip();
+    let (outcomes, answered_at): (Vec<Outcome>, Vec<(i64, i64)>) = paced_burst(&topo, candidates, config, told_tx).await.into_iter().unzip();
     // The faults go on while the operator's last payments and cancels are under way.
-    let operator_answers = operator.await.unwrap_or_default();
+    let operator = operator.await.unwrap_or_default();
 
     let _ = stop.send(true);
     for i in injectors {
@@ -187,7 +194,10 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     }
     let waited_hold = (config.hold_seconds <= WAITED_HOLD_SECONDS_MAX).then_some(config.hold_seconds);
     settle(&topo, &event, waited_hold).await;
-    let journal = Journal { told: told_of(&outcomes, &answered_at), operator: operator_answers, seen: sampler.await.unwrap_or_default() };
+    let rebookings = operator.rebooked.len();
+    let mut told = told_of(&outcomes, &answered_at);
+    told.extend(operator.rebooked);
+    let journal = Journal { told, operator: operator.answers, seen: sampler.await.unwrap_or_default() };
 
     let mut conn = match topo.sale.link.check().await {
         Ok(conn) => conn,
@@ -225,6 +235,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         serve_kills: fleet.killed,
         serve_restarts: fleet.restarts,
         admitted: journal.told.iter().filter(|t| t.status == 201).count(),
+        rebookings,
         hold_seconds: config.hold_seconds,
         commit_connections: options.commit_connections,
         operator_calls: journal.operator.len(),
@@ -237,8 +248,12 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     })
 }
 
-/// A candidate's outcome and when its final answer arrived.
-type Answered = (Outcome, i64);
+/// A candidate's outcome, when its first request went out and when its final answer arrived.
+type Answered = (Outcome, (i64, i64));
+
+fn booking_urls(topo: &Topology) -> Vec<String> {
+    topo.client_urls.iter().map(|u| format!("{u}/api/events/{EVENT}/bookings")).collect()
+}
 
 /// Candidates arrive evenly over the burst window, each retrying with its nonce until a final
 /// answer (bounded by `crowd::TRIES_MAX` and `crowd::ATTEMPT_DEADLINE`). Every real `201` goes
@@ -247,11 +262,10 @@ async fn paced_burst(
     topo: &Topology,
     candidates: Vec<Candidate>,
     config: &RunConfig,
-    told: tokio::sync::mpsc::UnboundedSender<(String, Told)>,
+    told: tokio::sync::mpsc::UnboundedSender<(Candidate, Told)>,
 ) -> Vec<Answered> {
     let client = reqwest::Client::builder().timeout(CLIENT_TIMEOUT).build().expect("client builds");
-    let urls: Arc<Vec<String>> =
-        Arc::new(topo.client_urls.iter().map(|u| format!("{u}/api/events/{EVENT}/bookings")).collect());
+    let urls: Arc<Vec<String>> = Arc::new(booking_urls(topo));
     let gate = Arc::new(tokio::sync::Semaphore::new(config.concurrency.max(1)));
     let gap = Duration::from_millis(config.burst_ms) / candidates.len().max(1) as u32;
     let mut tasks = Vec::with_capacity(candidates.len());
@@ -259,14 +273,15 @@ async fn paced_burst(
         let (client, urls, gate, told) = (client.clone(), urls.clone(), gate.clone(), told.clone());
         tasks.push(tokio::spawn(async move {
             let _permit = gate.acquire_owned().await.expect("semaphore never closed");
+            let asked_ms = now_ms();
             let outcome = crowd::attempt(&client, &urls, i, candidate).await;
             let answered_ms = now_ms();
             if outcome.status == 201 && !outcome.candidate.bot {
-                if let Some(t) = told_one(&outcome, answered_ms) {
-                    let _ = told.send((outcome.candidate.code.clone(), t));
+                if let Some(t) = told_one(&outcome, asked_ms, answered_ms) {
+                    let _ = told.send((outcome.candidate.clone(), t));
                 }
             }
-            (outcome, answered_ms)
+            (outcome, (asked_ms, answered_ms))
         }));
         tokio::time::sleep(gap).await;
     }
@@ -299,12 +314,12 @@ async fn settle(topo: &Topology, event: &EventId, waited_hold: Option<i64>) {
 }
 
 /// What every real candidate was told, by code hash and nonce.
-fn told_of(outcomes: &[Outcome], answered_at: &[i64]) -> Vec<Told> {
+fn told_of(outcomes: &[Outcome], answered_at: &[(i64, i64)]) -> Vec<Told> {
     assert_eq!(outcomes.len(), answered_at.len(), "one answer time per outcome");
-    outcomes.iter().zip(answered_at).filter(|(o, _)| !o.candidate.bot).filter_map(|(o, at)| told_one(o, *at)).collect()
+    outcomes.iter().zip(answered_at).filter(|(o, _)| !o.candidate.bot).filter_map(|(o, (asked, answered))| told_one(o, *asked, *answered)).collect()
 }
 
-fn told_one(o: &Outcome, answered_ms: i64) -> Option<Told> {
+fn told_one(o: &Outcome, asked_ms: i64, answered_ms: i64) -> Option<Told> {
     let hasher = crate::domain::code::CodeHasher::from_env();
     let code = hasher.hash(&crate::domain::code::NormalisedCode::parse(&o.candidate.code).ok()?).to_string();
     let hold_until_ms = o.body["hold_until"]
@@ -318,6 +333,7 @@ fn told_one(o: &Outcome, answered_ms: i64) -> Option<Told> {
         what: o.body["status"].as_str().unwrap_or("no_answer").to_owned(),
         slot: o.body["slot"].as_i64().unwrap_or(0),
         hold_until_ms,
+        asked_ms,
         answered_ms,
     })
 }
@@ -328,7 +344,7 @@ impl Report {
         println!("  {} candidates for {} seats, {} requests, {} retries, {} without a final answer", self.candidates, self.seats, self.requests, self.retries, self.gave_up);
         println!("  answers: {:?}", self.answers);
         println!("  faults injected: {:?}; replies lost {}; serve kills {} (restarts {})", self.faults_injected, self.replies_lost, self.serve_kills, self.serve_restarts);
-        println!("  admitted (told 201): {}; hold {} s; {} committer connections per serve", self.admitted, self.hold_seconds, self.commit_connections);
+        println!("  admitted (told 201): {} ({} after booking again); hold {} s; {} committer connections per serve", self.admitted, self.rebookings, self.hold_seconds, self.commit_connections);
         println!("  operator calls: {} ({} paid, {} cancelled); database rows: {:?}; Redis counts taken: {}", self.operator_calls, self.paid_by_runner, self.cancelled_by_runner, self.db_states, self.redis_taken);
         println!("  violations: {}", self.violations.len());
         for v in &self.violations {

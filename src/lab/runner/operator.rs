@@ -1,11 +1,13 @@
 //! The operator's side of a run: payments and cancels sent while the faults run, on bookings a
 //! candidate was just told about, so releases and expiries race failovers, partitions, stalls
-//! and slow writes. And a sampler that records which attempts (nonces) the database holds seats
+//! and slow writes; and candidates who book again once their booking was cancelled or ran out
+//! (a new nonce, racing the release in Redis and the other serves' expiry passes). And a sampler that records which attempts (nonces) the database holds seats
 //! for, and when, so the checker can judge a refusal even after the seat's hold ran out.
 
 use super::topology::OPERATOR_TOKEN;
 use super::EVENT;
 use crate::domain::event::{now_ms, EventId};
+use crate::lab::crowd::{self, Candidate};
 use crate::lab::invariants::{OperatorAnswer, OperatorCall, Seen, Told};
 use crate::store::Store;
 use std::collections::HashMap;
@@ -16,6 +18,9 @@ use tokio::sync::{mpsc, watch};
 const CALL_DEADLINE: Duration = Duration::from_secs(10);
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 const CALL_BACKOFF: Duration = Duration::from_millis(100);
+/// How long after its hold ran out a candidate books again, at most: soon enough to race the
+/// expiry passes (every `serve` runs one every 200 ms) and the release in Redis.
+const REBOOK_AFTER_EXPIRY_MAX: Duration = Duration::from_millis(1_500);
 /// How often the sampler reads the seats the database holds.
 const SAMPLE_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -48,29 +53,81 @@ fn plan() -> Plan {
     }
 }
 
-/// Takes every `(raw code, 201)` from `told` as candidates get them and carries out a plan for
-/// each (none unless `calls`); returns every call's answer once `told` is closed and the last
-/// plan is done.
-pub fn spawn(base_urls: Vec<String>, mut told: mpsc::UnboundedReceiver<(String, Told)>, calls: bool) -> tokio::task::JoinHandle<Vec<OperatorAnswer>> {
+/// Where the operator's calls and the candidates' new bookings go.
+#[derive(Clone)]
+pub struct Targets {
+    /// `serve` base URLs, straight (operator calls).
+    pub operator: Vec<String>,
+    /// Booking URLs behind the reply-losing proxies (candidates).
+    pub bookings: Vec<String>,
+}
+
+/// What the operator did and what the candidates who booked again were told.
+#[derive(Default)]
+pub struct Done {
+    pub answers: Vec<OperatorAnswer>,
+    pub rebooked: Vec<Told>,
+}
+
+/// Takes every `(candidate, 201)` from `told` as candidates get them and carries out a plan for
+/// each (none unless `calls`); `rebook_per_mille` of the candidates whose booking was cancelled
+/// or ran out book again. Returns once `told` is closed and the last plan is done.
+pub fn spawn(
+    targets: Targets,
+    mut told: mpsc::UnboundedReceiver<(Candidate, Told)>,
+    calls: bool,
+    rebook_per_mille: u32,
+) -> tokio::task::JoinHandle<Done> {
     tokio::spawn(async move {
         let client = reqwest::Client::builder().timeout(CALL_TIMEOUT).build().expect("client builds");
         let mut plans = tokio::task::JoinSet::new();
         let mut n = 0usize;
-        while let Some((raw, t)) = told.recv().await {
-            let (client, base) = (client.clone(), base_urls[n % base_urls.len().max(1)].clone());
+        while let Some((candidate, t)) = told.recv().await {
+            let (client, targets) = (client.clone(), targets.clone());
             n += 1;
             let plan = if calls { plan() } else { Plan::Expire };
-            plans.spawn(async move { carry_out(&client, &base, &raw, &t, plan).await });
+            let rebook = rand::random_range(0..1000) < rebook_per_mille;
+            plans.spawn(async move { carry_out(&client, &targets, n, candidate, &t, plan, rebook).await });
         }
-        let mut answers = Vec::new();
-        while let Some(done) = plans.join_next().await {
-            answers.extend(done.unwrap_or_default());
+        let mut done = Done::default();
+        while let Some(Ok((answers, rebooked))) = plans.join_next().await {
+            done.answers.extend(answers);
+            done.rebooked.extend(rebooked);
         }
-        answers
+        done
     })
 }
 
-async fn carry_out(client: &reqwest::Client, base: &str, raw: &str, t: &Told, plan: Plan) -> Vec<OperatorAnswer> {
+async fn carry_out(
+    client: &reqwest::Client,
+    targets: &Targets,
+    n: usize,
+    candidate: Candidate,
+    t: &Told,
+    plan: Plan,
+    rebook: bool,
+) -> (Vec<OperatorAnswer>, Option<Told>) {
+    let base = &targets.operator[n % targets.operator.len().max(1)];
+    let answers = act(client, base, &candidate.code, t, plan).await;
+    let released = match plan {
+        Plan::Cancel => answers.iter().any(|a| a.status == 200),
+        Plan::Expire => {
+            let left_ms = (t.hold_until_ms - now_ms()).max(0) as u64;
+            let after = Duration::from_millis(rand::random_range(0..=REBOOK_AFTER_EXPIRY_MAX.as_millis() as u64));
+            tokio::time::sleep(Duration::from_millis(left_ms) + after).await;
+            true
+        }
+        _ => false,
+    };
+    if !(rebook && released) {
+        return (answers, None);
+    }
+    let asked_ms = now_ms();
+    let outcome = crowd::attempt(client, &targets.bookings, n, candidate).await;
+    (answers, super::told_one(&outcome, asked_ms, now_ms()))
+}
+
+async fn act(client: &reqwest::Client, base: &str, raw: &str, t: &Told, plan: Plan) -> Vec<OperatorAnswer> {
     let left_ms = (t.hold_until_ms - now_ms()).max(0) as u64;
     let some_of_hold = || Duration::from_millis(rand::random_range(0..=left_ms * 4 / 5));
     let call = |c| call(client, base, raw, t, c);
@@ -127,7 +184,8 @@ async fn call(client: &reqwest::Client, base: &str, raw: &str, t: &Told, call: O
     if status == 503 {
         status = 0;
     }
-    OperatorAnswer { code: t.code.clone(), nonce: t.nonce.clone(), call, sent_ms, status, what }
+    let answered_ms = if status == 0 { i64::MAX } else { now_ms() };
+    OperatorAnswer { code: t.code.clone(), nonce: t.nonce.clone(), call, sent_ms, answered_ms, status, what }
 }
 
 /// Reads the seats the database holds every `SAMPLE_INTERVAL` until `stop`; returns, per nonce,
