@@ -1,9 +1,11 @@
-//! Command-line arguments of the binary: the command tree. Shared settings live in
-//! `ops/settings.rs`, the lab commands' arguments beside their code. Every setting is a flag with a `SEATRUSH_*` environment twin.
+//! Command-line arguments of the binary: the command tree. The settings live in
+//! `ops/settings.rs` (the connections, global; the serve settings, on the commands that serve),
+//! the lab commands' arguments beside their code. Every setting is a flag with a `SEATRUSH_*`
+//! environment twin.
 
 use crate::lab::bench::args::BenchArgs;
 use crate::lab::demo::DemoArgs;
-use crate::ops::settings::Settings;
+use crate::ops::settings::{Connections, PersistTimeout, ServeSettings};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -11,7 +13,7 @@ use std::path::PathBuf;
 #[command(name = "seatrush", version, about = "Flash-sale seat booking: fair admission through one atomic Redis script")]
 pub struct Cli {
     #[command(flatten)]
-    pub settings: Settings,
+    pub connections: Connections,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -34,7 +36,12 @@ pub enum Command {
     /// Close the sale
     Close(EventArg),
     /// Redis and database side by side, level by level
-    Status(EventArg),
+    Status {
+        #[command(flatten)]
+        event: EventArg,
+        #[command(flatten)]
+        persist_timeout: PersistTimeout,
+    },
     /// Recompute counters and seats from the database and the pending admissions; report drift
     Reconcile {
         #[command(flatten)]
@@ -44,7 +51,7 @@ pub enum Command {
         repair: bool,
     },
     /// The HTTP API, the booking page, the reaper and the hold expiry
-    Serve,
+    Serve(ServeSettings),
     /// Everything on this machine: private Redis primary and replica, SQLite, a demo event
     Demo(DemoArgs),
     /// Fault runner: a loopback deployment driven through faults, then the invariants checked
@@ -80,3 +87,54 @@ pub struct EventArg {
 
 
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &str) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("seatrush").chain(args.split_whitespace()))
+    }
+
+    #[test]
+    fn a_serve_flag_on_a_command_that_does_not_serve_is_refused() {
+        let err = parse("allowlist import --event spring --commit-batch-max 9 codes.csv").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnknownArgument, "{err}");
+        assert!(err.to_string().contains("--commit-batch-max"), "{err}");
+        assert_eq!(parse("open --event spring --operator-token t").unwrap_err().kind(), ErrorKind::UnknownArgument);
+    }
+
+    #[test]
+    fn the_serve_flags_parse_on_the_commands_that_serve() {
+        let Command::Serve(serve) = parse("serve --commit-batch-max 9 --wait-replicas 0").unwrap().command else { panic!("serve") };
+        assert_eq!((serve.commit_batch_max, serve.wait_replicas), (9, 0));
+        let Command::Demo(demo) = parse("demo --commit-batch-max 9").unwrap().command else { panic!("demo") };
+        assert_eq!(demo.serve.commit_batch_max, 9);
+        let Command::Bench(bench) = parse("bench --commit-batch-max 9 --backend postgres").unwrap().command else { panic!("bench") };
+        assert_eq!((bench.load.server.commit_batch_max, bench.load.backend), (9, crate::lab::bench::args::Backend::Postgres));
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_with_the_range() {
+        for (args, range) in [
+            ("serve --commit-batch-max 0", "0 is not in 1..=256"),
+            ("serve --commit-batch-max 257", "257 is not in 1..=256"),
+            ("serve --wait-timeout-ms 0", "0 is not in 1..=3600000"),
+            ("serve --commit-connections 0", "0 is not in 1..=64"),
+            ("serve --persist-writers 65", "65 is not in 1..=64"),
+        ] {
+            let err = parse(args).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::ValueValidation, "{args}: {err}");
+            assert!(err.to_string().contains(range), "{args}: {err}");
+        }
+        assert_eq!(parse("bench --backend mysql").unwrap_err().kind(), ErrorKind::InvalidValue);
+    }
+
+    #[test]
+    fn the_connections_are_global_and_the_token_never_prints() {
+        let cli = parse("open --event spring --redis-url redis://10.0.0.1:6379").unwrap();
+        assert_eq!(cli.connections.redis_url, "redis://10.0.0.1:6379");
+        let cli = parse("serve --operator-token hunter2-token").unwrap();
+        assert!(!format!("{cli:?}").contains("hunter2"), "{cli:?}");
+    }
+}

@@ -19,7 +19,7 @@ async fn main() {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     seatrush::fault_hooks::check_environment()?;
-    let s = &cli.settings;
+    let s = &cli.connections;
     match cli.command {
         Command::Event { action: EventAction::Apply { file } } => {
             let spec = ops::apply_event(s, &file).await?;
@@ -28,9 +28,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Allowlist { action: AllowlistAction::Import { event, file } } => ops::import_allowlist(s, &event, &file).await?,
         Command::Open(e) => ops::open(s, &e.event).await?,
         Command::Close(e) => ops::close(s, &e.event).await?,
-        Command::Status(e) => ops::status(s, &e.event).await?,
+        Command::Status { event, persist_timeout } => ops::status(s, &event.event, &persist_timeout).await?,
         Command::Reconcile { event, repair } => ops::reconcile(s, &event.event, repair).await?,
-        Command::Serve => ops::serve(s).await?,
+        Command::Serve(serve) => ops::serve(s, &serve).await?,
         Command::Demo(args) => demo::run(s, &args).await?,
         Command::Faults(config) => {
             let report = runner::run(&config, std::env::current_exe()?).await?;

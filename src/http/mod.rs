@@ -20,6 +20,7 @@ mod page;
 
 use crate::domain::code::CodeHasher;
 use crate::sale::Sale;
+use secrecy::SecretString;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::routing::get;
@@ -40,7 +41,7 @@ pub const IN_FLIGHT_MAX_DEFAULT: usize = 1024;
 pub struct AppState {
     pub sale: Arc<Sale>,
     pub hasher: CodeHasher,
-    pub operator_token: Option<String>,
+    pub operator_token: Option<SecretString>,
     /// Requests handled at once; one more is answered `503 retry` without waiting.
     pub in_flight_max: usize,
 }

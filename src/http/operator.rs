@@ -9,12 +9,13 @@ use crate::store::BookingRow;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
+use secrecy::ExposeSecret;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 /// Checks `Authorization: Bearer <operator-token>` in constant time.
 pub fn authorise(app: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = app.operator_token.as_deref().filter(|t| !t.is_empty()) else {
+    let Some(expected) = app.operator_token.as_ref().map(|t| t.expose_secret()).filter(|t| !t.is_empty()) else {
         return Err(ApiError::Unauthorized);
     };
     let given = headers

@@ -2,8 +2,9 @@
 //! replica (child processes on free ports), an SQLite file in a temp dir, a demo event with three
 //! levels and demo codes, opened and served; optionally a burst of simulated candidates.
 
-use crate::ops::settings::Settings;
+use crate::ops::settings::{Connections, ServeSettings};
 use clap::Args;
+use secrecy::{ExposeSecret, SecretString};
 use crate::domain::code::{CodeHasher, NormalisedCode};
 use crate::lab::crowd::{self, Candidate, Tally};
 use crate::domain::event::{EventId, EventSpec, LevelName};
@@ -34,27 +35,28 @@ fn demo_spec(seats: i64) -> EventSpec {
     }
 }
 
-pub async fn run(settings: &Settings, args: &DemoArgs) -> anyhow::Result<()> {
+pub async fn run(connections: &Connections, args: &DemoArgs) -> anyhow::Result<()> {
     let (primary, replica) = tokio::task::spawn_blocking(RedisServer::start_pair).await??;
     let primary = tokio::task::spawn_blocking(move || primary.require_replicas(1).map(|_| primary)).await??;
     let dir = tempfile::Builder::new().prefix("seatrush-demo-").tempdir()?;
-    let mut settings = settings.clone();
-    settings.redis_url = primary.url();
-    settings.database_url = format!("sqlite://{}", dir.path().join("demo.db").display());
-    let token = settings.operator_token.clone().unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
-    settings.operator_token = Some(token.clone());
+    let mut connections = connections.clone();
+    connections.redis_url = primary.url();
+    connections.database_url = format!("sqlite://{}", dir.path().join("demo.db").display());
+    let mut serve = args.serve.clone();
+    let token = serve.operator_token.as_ref().map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), |t| t.expose_secret().to_owned());
+    serve.operator_token = Some(SecretString::from(token.clone()));
 
-    let store = Store::connect(&settings.database_url).await?;
+    let store = Store::connect(&connections.database_url).await?;
     let spec = demo_spec(args.seats);
     store.apply_event(&spec).await?;
     let codes = demo_codes(args.codes);
     let hasher = CodeHasher::from_env();
     let hashes: Vec<_> = codes.iter().map(|c| hasher.hash(&NormalisedCode::parse(c).expect("demo codes are valid"))).collect();
     store.import_allowlist(&spec.id, &hashes).await?;
-    let link = crate::redis_io::link::RedisLink::new(&settings.redis_url)?;
+    let link = crate::redis_io::link::RedisLink::new(&connections.redis_url)?;
     loader::open_event(&mut link.check().await?, &store, &spec.id).await?;
 
-    let listener = match tokio::net::TcpListener::bind(&settings.listen).await {
+    let listener = match tokio::net::TcpListener::bind(&serve.listen).await {
         Ok(l) => l,
         Err(_) => tokio::net::TcpListener::bind("127.0.0.1:0").await.context("cannot listen on loopback")?,
     };
@@ -62,14 +64,14 @@ pub async fn run(settings: &Settings, args: &DemoArgs) -> anyhow::Result<()> {
     println!("seatrush demo is running at {url}/");
     println!("  event:          {DEMO_EVENT} ({} seats; levels {})", spec.total_seats, spec.levels.iter().map(|(l, c)| format!("{l} cap {c}")).collect::<Vec<_>>().join(", "));
     println!("  redis:          primary {} with replica {} (noeviction, min-replicas-to-write 1)", primary.url(), replica.url());
-    println!("  database:       {}", settings.database_url);
+    println!("  database:       {}", connections.database_url);
     println!("  demo codes:     {} … {} ({} registered)", codes[0], codes[codes.len().min(5) - 1], codes.len());
     println!("  operator token: {token}");
     println!("  try:            curl -s -XPOST {url}/api/events/{DEMO_EVENT}/bookings -H 'content-type: application/json' \\");
     println!("                    -d '{{\"code\":\"{}\",\"level\":\"A1\",\"nonce\":\"try-it-0001\"}}'", codes[0].to_lowercase());
     println!("  stop:           ctrl-c (the private Redis processes stop with it)");
 
-    let app = ops::build_app(&settings).await?;
+    let app = ops::build_app(&connections, &serve).await?;
     let server = tokio::spawn(ops::run_until_shutdown(app, listener));
     if args.burst > 0 {
         let tally = burst(&url, &codes, args.burst).await;
@@ -104,6 +106,8 @@ async fn burst(url: &str, codes: &[String], n: usize) -> Tally {
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
+    #[command(flatten)]
+    pub serve: ServeSettings,
     /// After opening, send this many simulated candidates at the sale and print what they got
     #[arg(long, default_value_t = 0)]
     pub burst: usize,

@@ -1,7 +1,7 @@
 //! The operator commands: `event apply`, `allowlist import`, `open`, `close`, `status`,
 //! `reconcile`, `serve`. Each returns an error with one clear line for the binary to print.
 
-use crate::ops::settings::Settings;
+use crate::ops::settings::{Connections, PersistTimeout, ServeSettings};
 use crate::domain::code::CodeHasher;
 use crate::ops::allowlist_file::parse_allowlist;
 use crate::sale::committer::AckPolicy;
@@ -19,19 +19,19 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub async fn apply_event(settings: &Settings, file: &Path) -> anyhow::Result<EventSpec> {
+pub async fn apply_event(connections: &Connections, file: &Path) -> anyhow::Result<EventSpec> {
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let spec = EventSpec::from_toml(&text).with_context(|| format!("{} is not a valid event file", file.display()))?;
-    let (link, store) = connect(settings).await?;
+    let (link, store) = connect(connections).await?;
     crate::ops::apply::apply_event(&mut link.check().await?, &store, &spec).await?;
     Ok(spec)
 }
 
-pub async fn import_allowlist(settings: &Settings, event: &str, file: &Path) -> anyhow::Result<()> {
+pub async fn import_allowlist(connections: &Connections, event: &str, file: &Path) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let parsed = parse_allowlist(&bytes, &CodeHasher::from_env());
-    let store = Store::connect(&settings.database_url).await?;
+    let store = Store::connect(&connections.database_url).await?;
     let added = store.import_allowlist(&id, &parsed.hashes).await?;
     println!(
         "imported {} codes into {id}: {added} new, {} already there",
@@ -47,16 +47,16 @@ pub async fn import_allowlist(settings: &Settings, event: &str, file: &Path) -> 
     Ok(())
 }
 
-async fn connect(settings: &Settings) -> anyhow::Result<(RedisLink, Store)> {
-    let link = RedisLink::new(&settings.redis_url)?;
+async fn connect(connections: &Connections) -> anyhow::Result<(RedisLink, Store)> {
+    let link = RedisLink::new(&connections.redis_url)?;
     link.check().await?;
-    let store = Store::connect(&settings.database_url).await?;
+    let store = Store::connect(&connections.database_url).await?;
     Ok((link, store))
 }
 
-pub async fn open(settings: &Settings, event: &str) -> anyhow::Result<()> {
+pub async fn open(connections: &Connections, event: &str) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
-    let (link, store) = connect(settings).await?;
+    let (link, store) = connect(connections).await?;
     let mut conn = link.check().await?;
     let report = loader::open_event(&mut conn, &store, &id).await?;
     for warning in report.min_replicas_warning.iter().chain(&report.persistence_warning) {
@@ -74,9 +74,9 @@ pub async fn open(settings: &Settings, event: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn close(settings: &Settings, event: &str) -> anyhow::Result<()> {
+pub async fn close(connections: &Connections, event: &str) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
-    let (link, store) = connect(settings).await?;
+    let (link, store) = connect(connections).await?;
     match loader::close_event(&mut link.check().await?, &store, &id).await? {
         loader::CloseOutcome::Closed => println!("closed {id}"),
         loader::CloseOutcome::NotLoaded { database_was_open } => println!(
@@ -90,9 +90,9 @@ pub async fn close(settings: &Settings, event: &str) -> anyhow::Result<()> {
 /// Unsettled pending admissions `status` lists one by one (it counts them all).
 const UNSETTLED_SHOWN_MAX: usize = 20;
 
-pub async fn status(settings: &Settings, event: &str) -> anyhow::Result<()> {
+pub async fn status(connections: &Connections, event: &str, persist_timeout: &PersistTimeout) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
-    let (link, store) = connect(settings).await?;
+    let (link, store) = connect(connections).await?;
     let stored = store.event(&id).await?;
     let c = recompute::compare(&mut link.check().await?, &store, &id).await?;
     println!("event {id}: {} in the database, {} seats, {} free in Redis", stored.state, c.total_seats, c.redis_free);
@@ -112,7 +112,7 @@ pub async fn status(settings: &Settings, event: &str) -> anyhow::Result<()> {
     for d in c.drift() {
         println!("drift: {d}");
     }
-    let persist_timeout = Duration::from_millis(settings.persist_timeout_ms);
+    let persist_timeout = Duration::from_millis(persist_timeout.persist_timeout_ms);
     let stuck = recompute::unsettled(&mut link.check().await?, &stored, persist_timeout).await?;
     if !stuck.is_empty() {
         println!("{} pending admissions are older than the persist timeout and not yet settled by a reaper:", stuck.len());
@@ -123,9 +123,9 @@ pub async fn status(settings: &Settings, event: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn reconcile(settings: &Settings, event: &str, repair: bool) -> anyhow::Result<()> {
+pub async fn reconcile(connections: &Connections, event: &str, repair: bool) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
-    let (link, store) = connect(settings).await?;
+    let (link, store) = connect(connections).await?;
     let drift = recompute::reconcile(&link, &store, &id, repair).await?;
     if drift.is_empty() {
         println!("{id}: Redis and the database agree");
@@ -143,11 +143,11 @@ pub async fn reconcile(settings: &Settings, event: &str, repair: bool) -> anyhow
 }
 
 /// The request path's settings from the flags.
-pub fn sale_settings(settings: &Settings) -> SaleSettings {
+pub fn sale_settings(settings: &ServeSettings) -> SaleSettings {
     SaleSettings {
         ack: AckPolicy { replicas: settings.wait_replicas, timeout: Duration::from_millis(settings.wait_timeout_ms) },
         commit_connections: settings.commit_connections,
-        persist_timeout: Duration::from_millis(settings.persist_timeout_ms),
+        persist_timeout: Duration::from_millis(settings.persist_timeout.persist_timeout_ms),
         reaper_interval: Duration::from_millis(settings.reaper_interval_ms),
         commit_batch_max: settings.commit_batch_max,
         persist: PersistPolicy {
@@ -162,8 +162,8 @@ pub fn sale_settings(settings: &Settings) -> SaleSettings {
 }
 
 /// Connects everything `serve` needs, after checking the primary will not evict.
-pub async fn build_app(settings: &Settings) -> anyhow::Result<AppState> {
-    let (link, store) = connect(settings).await?;
+pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> anyhow::Result<AppState> {
+    let (link, store) = connect(connections).await?;
     let mut conn = link.check().await?;
     require_noeviction(&mut conn).await?;
     if let Some(warning) = crate::redis_io::link::persistence_warning(&mut conn).await? {
@@ -177,8 +177,8 @@ pub async fn build_app(settings: &Settings) -> anyhow::Result<AppState> {
 }
 
 /// Serves HTTP and runs the reaper until ctrl-c or SIGTERM.
-pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
-    let app = build_app(settings).await?;
+pub async fn serve(connections: &Connections, settings: &ServeSettings) -> anyhow::Result<()> {
+    let app = build_app(connections, settings).await?;
     let listener = tokio::net::TcpListener::bind(&settings.listen).await.with_context(|| format!("cannot listen on {}", settings.listen))?;
     tracing::info!(listen = %listener.local_addr()?, "seatrush serving");
     run_until_shutdown(app, listener).await

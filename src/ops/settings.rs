@@ -1,58 +1,90 @@
-//! The settings every command shares. Every setting is a flag with a `SEATRUSH_*` environment twin.
+//! Settings, scoped to the commands that use them, each a flag with a `SEATRUSH_*` environment
+//! twin. [`Connections`] (Redis and the database) are global: every operator command reaches
+//! one or both. [`ServeSettings`] (the request path and the background passes) belong to the
+//! commands that serve: `serve`, `demo` and `bench`; any other command refuses them as unknown
+//! flags. Ranges are checked by clap when the flags are parsed, so a bad value is an error that
+//! names the range, never a silent clamp.
 
-use clap::Args;
+use clap::builder::RangedU64ValueParser;
+use clap::{value_parser, Args};
+use secrecy::SecretString;
 
+/// Where Redis and the database are.
 #[derive(Args, Debug, Clone)]
-pub struct Settings {
+pub struct Connections {
     /// Redis primary: redis://host:port, or Sentinel: redis+sentinel://h1:26379,h2:26379/master-name
     #[arg(long, env = "SEATRUSH_REDIS_URL", global = true, default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
     /// Back-office database: sqlite://path or postgres://user@host/db
     #[arg(long, env = "SEATRUSH_DATABASE_URL", global = true, default_value = "sqlite://seatrush.db")]
     pub database_url: String,
-    /// Address `serve` listens on
-    #[arg(long, env = "SEATRUSH_LISTEN", global = true, default_value = "127.0.0.1:8080")]
+}
+
+/// Most committer connections, persist writers, replicas to wait for.
+const CONNECTIONS_MAX: u64 = 64;
+/// Longest any of the millisecond settings may be: an hour.
+const MILLISECONDS_MAX: u64 = 3_600_000;
+
+/// How a serving process runs the request path and the background passes.
+#[derive(Args, Debug, Clone)]
+pub struct ServeSettings {
+    /// Address to listen on
+    #[arg(long, env = "SEATRUSH_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
     /// Bearer token for the operator endpoints (payment, cancel); unset refuses them all
-    #[arg(long, env = "SEATRUSH_OPERATOR_TOKEN", global = true, hide_env_values = true)]
-    pub operator_token: Option<String>,
+    #[arg(long, env = "SEATRUSH_OPERATOR_TOKEN", hide_env_values = true, value_parser = secret)]
+    pub operator_token: Option<SecretString>,
     /// Replicas that must acknowledge an admission before it counts (0 = no WAIT)
-    #[arg(long, env = "SEATRUSH_WAIT_REPLICAS", global = true, default_value_t = 1)]
+    #[arg(long, env = "SEATRUSH_WAIT_REPLICAS", default_value_t = 1, value_parser = value_parser!(u32).range(0..=CONNECTIONS_MAX as i64))]
     pub wait_replicas: u32,
-    /// How long WAIT waits for the replicas, in milliseconds
-    #[arg(long, env = "SEATRUSH_WAIT_TIMEOUT_MS", global = true, default_value_t = 200)]
+    /// How long WAIT waits for the replicas, in milliseconds (0 would be WAIT's "forever": refused)
+    #[arg(long, env = "SEATRUSH_WAIT_TIMEOUT_MS", default_value_t = 200, value_parser = value_parser!(u64).range(1..=MILLISECONDS_MAX))]
     pub wait_timeout_ms: u64,
-    /// How old a pending admission must be before the reaper releases it, in milliseconds
-    #[arg(long, env = "SEATRUSH_PERSIST_TIMEOUT_MS", global = true, default_value_t = 10_000)]
-    pub persist_timeout_ms: u64,
+    #[command(flatten)]
+    pub persist_timeout: PersistTimeout,
     /// Time between reaper passes, in milliseconds
-    #[arg(long, env = "SEATRUSH_REAPER_INTERVAL_MS", global = true, default_value_t = 1_000)]
+    #[arg(long, env = "SEATRUSH_REAPER_INTERVAL_MS", default_value_t = 1_000, value_parser = value_parser!(u64).range(1..=MILLISECONDS_MAX))]
     pub reaper_interval_ms: u64,
     /// Connections that group-commit admissions (each pipelines a batch, then one WAIT)
-    #[arg(long, env = "SEATRUSH_COMMIT_CONNECTIONS", global = true, default_value_t = 4)]
+    #[arg(long, env = "SEATRUSH_COMMIT_CONNECTIONS", default_value_t = 4, value_parser = RangedU64ValueParser::<usize>::new().range(1..=CONNECTIONS_MAX))]
     pub commit_connections: usize,
     /// How long the request path waits for its database write before answering 503 retry, in milliseconds
-    #[arg(long, env = "SEATRUSH_PERSIST_DEADLINE_MS", global = true, default_value_t = 2_000)]
+    #[arg(long, env = "SEATRUSH_PERSIST_DEADLINE_MS", default_value_t = 2_000, value_parser = value_parser!(u64).range(1..=MILLISECONDS_MAX))]
     pub persist_deadline_ms: u64,
-    /// Most admits one committer pipelines under one WAIT (1 = a WAIT per admit, at most 256)
-    #[arg(long, env = "SEATRUSH_COMMIT_BATCH_MAX", global = true, default_value_t = 256)]
+    /// Most admits one committer pipelines under one WAIT (1 = a WAIT per admit)
+    #[arg(long, env = "SEATRUSH_COMMIT_BATCH_MAX", default_value_t = 256,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=crate::sale::committer::BATCH_SIZE_MAX as u64))]
     pub commit_batch_max: usize,
     /// Most bookings written in one database transaction (0 = one transaction per request)
-    #[arg(long, env = "SEATRUSH_PERSIST_BATCH_MAX", global = true, default_value_t = 256)]
+    #[arg(long, env = "SEATRUSH_PERSIST_BATCH_MAX", default_value_t = 256, value_parser = RangedU64ValueParser::<usize>::new().range(0..=4096))]
     pub persist_batch_max: usize,
     /// How long a database writer waits for more bookings before writing a short batch, in milliseconds
-    #[arg(long, env = "SEATRUSH_PERSIST_LINGER_MS", global = true, default_value_t = 0)]
+    #[arg(long, env = "SEATRUSH_PERSIST_LINGER_MS", default_value_t = 0, value_parser = value_parser!(u64).range(0..=1_000))]
     pub persist_linger_ms: u64,
     /// Database writer tasks, each with one batch transaction in flight
-    #[arg(long, env = "SEATRUSH_PERSIST_WRITERS", global = true, default_value_t = 1)]
+    #[arg(long, env = "SEATRUSH_PERSIST_WRITERS", default_value_t = 1, value_parser = RangedU64ValueParser::<usize>::new().range(1..=CONNECTIONS_MAX))]
     pub persist_writers: usize,
     /// With SQLite, write batches on a connection of their own instead of through sqlx's worker thread
-    #[arg(long, env = "SEATRUSH_PERSIST_DIRECT_SQLITE", global = true, default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "SEATRUSH_PERSIST_DIRECT_SQLITE", default_value_t = true, action = clap::ArgAction::Set)]
     pub persist_direct_sqlite: bool,
     /// Answer the allowlist gate from an in-memory copy of the event's code hashes (false = SISMEMBER per request)
-    #[arg(long, env = "SEATRUSH_ALLOWLIST_IN_MEMORY", global = true, default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "SEATRUSH_ALLOWLIST_IN_MEMORY", default_value_t = true, action = clap::ArgAction::Set)]
     pub allowlist_in_memory: bool,
     /// Requests one `serve` handles at once; one more is answered 503 retry (with Retry-After) at once
-    #[arg(long, env = "SEATRUSH_IN_FLIGHT_MAX", global = true, default_value_t = crate::http::IN_FLIGHT_MAX_DEFAULT)]
+    #[arg(long, env = "SEATRUSH_IN_FLIGHT_MAX", default_value_t = crate::http::IN_FLIGHT_MAX_DEFAULT,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub in_flight_max: usize,
+}
+
+/// When a pending admission counts as stuck: `serve`'s reaper releases it then, `status` lists it.
+#[derive(Args, Debug, Clone)]
+pub struct PersistTimeout {
+    /// How old a pending admission must be before the reaper releases it, in milliseconds
+    #[arg(long, env = "SEATRUSH_PERSIST_TIMEOUT_MS", default_value_t = 10_000, value_parser = value_parser!(u64).range(1..=MILLISECONDS_MAX))]
+    pub persist_timeout_ms: u64,
+}
+
+/// The operator token goes straight into a secret, so no `Debug` print of the settings shows it.
+fn secret(token: &str) -> Result<SecretString, std::convert::Infallible> {
+    Ok(SecretString::from(token.to_owned()))
 }

@@ -11,7 +11,7 @@ async fn bench(extra: &[&str]) -> seatrush::lab::bench::report::Report {
     argv.extend(extra);
     let cli = Cli::parse_from(argv);
     let Command::Bench(args) = cli.command else { unreachable!("parsed a bench command") };
-    let report = seatrush::lab::bench::load(&cli.settings, &args.load).await.unwrap();
+    let report = seatrush::lab::bench::load(&cli.connections, &args.load).await.unwrap();
     assert!(dir.path().join("report.json").exists() && dir.path().join("report.svg").exists());
     report
 }

@@ -1,6 +1,7 @@
 //! Arguments of `seatrush bench` and `seatrush bench strategies`.
 
-use clap::{Args, Subcommand};
+use crate::ops::settings::ServeSettings;
+use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -22,6 +23,9 @@ pub enum BenchCommand {
 /// replica, SQLite in a temp dir, an event with `--codes` codes, the server in-process on port 0).
 #[derive(Args, Debug, Clone)]
 pub struct LoadArgs {
+    /// The self-contained server's settings (ignored with `--url`)
+    #[command(flatten)]
+    pub server: ServeSettings,
     /// Target an existing server (http://host:port); its event must allow the codes PREFIX0000000…
     #[arg(long, env = "SEATRUSH_BENCH_URL")]
     pub url: Option<String>,
@@ -68,11 +72,28 @@ pub struct LoadArgs {
     #[arg(long)]
     pub no_ceiling: bool,
     /// Self-contained: database for the run, `sqlite` (a file in a temp dir) or `postgres` (a fresh database on --postgres-admin-url, dropped afterwards)
-    #[arg(long, default_value = "sqlite")]
-    pub backend: String,
+    #[arg(long, value_enum, default_value_t = Backend::Sqlite)]
+    pub backend: Backend,
     /// Where `--backend postgres` creates its database
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
     pub postgres_admin_url: String,
+}
+
+/// The database of a self-contained run.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        })
+    }
 }
 
 #[derive(Args, Debug, Clone)]

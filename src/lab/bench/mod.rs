@@ -12,7 +12,7 @@ pub mod svg;
 pub mod topology;
 pub mod workload;
 
-use crate::ops::settings::Settings;
+use crate::ops::settings::{Connections, ServeSettings};
 use args::{BenchArgs, BenchCommand, LoadArgs};
 use anyhow::Context;
 use report::{Machine, Report, RunFacts};
@@ -24,11 +24,11 @@ use workload::{Codes, Mix};
 /// Admit calls per redis-benchmark run when measuring the ceiling.
 const CEILING_REQUESTS: u64 = 300_000;
 
-pub async fn run(settings: &Settings, args: &BenchArgs) -> anyhow::Result<()> {
+pub async fn run(connections: &Connections, args: &BenchArgs) -> anyhow::Result<()> {
     match &args.command {
         Some(BenchCommand::Strategies(s)) => strategies::run(s).await,
         None => {
-            let report = load(settings, &args.load).await?;
+            let report = load(connections, &args.load).await?;
             anyhow::ensure!(report.checks.passed, "the run's checks failed (see {})", args.load.out_dir.display());
             Ok(())
         }
@@ -36,7 +36,7 @@ pub async fn run(settings: &Settings, args: &BenchArgs) -> anyhow::Result<()> {
 }
 
 /// One load run, against `--url` or a topology of its own; writes the report and returns it.
-pub async fn load(settings: &Settings, args: &LoadArgs) -> anyhow::Result<Report> {
+pub async fn load(connections: &Connections, args: &LoadArgs) -> anyhow::Result<Report> {
     let loadavg_before = Machine::loadavg();
     let mix = Mix::parse(&args.mix)?;
     let codes = Arc::new(Codes::starting_at(&args.code_prefix, args.codes, args.code_start));
@@ -44,7 +44,7 @@ pub async fn load(settings: &Settings, args: &LoadArgs) -> anyhow::Result<Report
         Some(_) => None,
         None => {
             eprintln!("starting Redis primary+replica, {} database, event {:?} with {} codes…", args.backend, args.event, args.codes);
-            Some(Topology::start(settings, args).await?)
+            Some(Topology::start(connections, args).await?)
         }
     };
     let ceiling = match &topology {
@@ -73,7 +73,7 @@ pub async fn load(settings: &Settings, args: &LoadArgs) -> anyhow::Result<Report
     let facts = RunFacts { target: url, connections: args.connections, rate: args.rate, loadavg_before };
     let mut report = report::build(facts, &tally, &seconds, elapsed, store);
     if let Some(t) = &topology {
-        report.server = Some(server_levers(&t.settings, args));
+        report.server = Some(server_levers(&t.server, args));
     }
     if let Some(c) = ceiling {
         report.share_of_ceiling = Some(report.admitted_per_s / c.pipelined_per_s);
@@ -87,7 +87,7 @@ pub async fn load(settings: &Settings, args: &LoadArgs) -> anyhow::Result<Report
     Ok(report)
 }
 
-fn server_levers(s: &Settings, args: &LoadArgs) -> serde_json::Value {
+fn server_levers(s: &ServeSettings, args: &LoadArgs) -> serde_json::Value {
     serde_json::json!({
         "backend": args.backend,
         "replica": !args.no_replica,

@@ -5,7 +5,8 @@
 
 use super::report::StoreCheck;
 use crate::lab::bench::args::LoadArgs;
-use crate::ops::settings::Settings;
+use crate::ops::settings::{Connections, ServeSettings};
+use crate::lab::bench::args::Backend;
 use crate::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 use crate::domain::event::{EventId, EventSpec, LevelName};
 use crate::http;
@@ -32,7 +33,7 @@ pub struct Topology {
     pub sale: Arc<Sale>,
     pub event: EventId,
     pub seats: i64,
-    pub settings: Settings,
+    pub server: ServeSettings,
     _dir: tempfile::TempDir,
     postgres: Option<(String, String)>,
     stop: tokio::sync::watch::Sender<bool>,
@@ -54,7 +55,7 @@ pub fn bench_hashes(prefix: &str, count: u64) -> anyhow::Result<Vec<CodeHash>> {
 }
 
 impl Topology {
-    pub async fn start(settings: &Settings, load: &LoadArgs) -> anyhow::Result<Self> {
+    pub async fn start(connections: &Connections, load: &LoadArgs) -> anyhow::Result<Self> {
         let replicated = !load.no_replica;
         let (primary, replica) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             if replicated {
@@ -67,9 +68,9 @@ impl Topology {
         })
         .await??;
         let dir = tempfile::Builder::new().prefix("seatrush-bench-").tempdir()?;
-        let (database_url, postgres) = match load.backend.as_str() {
-            "sqlite" => (format!("sqlite://{}", dir.path().join("bench.db").display()), None),
-            "postgres" => {
+        let (database_url, postgres) = match load.backend {
+            Backend::Sqlite => (format!("sqlite://{}", dir.path().join("bench.db").display()), None),
+            Backend::Postgres => {
                 let name = format!("seatrush_bench_{}", uuid::Uuid::new_v4().simple());
                 let admin = sqlx::PgPool::connect(&load.postgres_admin_url).await.context("connecting to --postgres-admin-url")?;
                 sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await?;
@@ -77,7 +78,6 @@ impl Topology {
                 let base = load.postgres_admin_url.rsplit_once('/').map_or(load.postgres_admin_url.as_str(), |(b, _)| b);
                 (format!("{base}/{name}"), Some((load.postgres_admin_url.clone(), name)))
             }
-            other => anyhow::bail!("--backend must be sqlite or postgres (got {other:?})"),
         };
         let store = Store::connect(&database_url).await?;
         let seats = load.seats.unwrap_or(load.codes as i64);
@@ -87,13 +87,14 @@ impl Topology {
         let link = RedisLink::new(&primary.url())?;
         loader::open_event(&mut link.check().await?, &store, &spec.id).await?;
 
-        let mut settings = settings.clone();
-        settings.redis_url = primary.url();
-        settings.database_url = database_url;
+        let mut connections = connections.clone();
+        connections.redis_url = primary.url();
+        connections.database_url = database_url;
+        let mut server = load.server.clone();
         if !replicated {
-            settings.wait_replicas = 0;
+            server.wait_replicas = 0;
         }
-        let app = crate::ops::build_app(&settings).await?;
+        let app = crate::ops::build_app(&connections, &server).await?;
         let sale = app.sale.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
@@ -111,7 +112,7 @@ impl Topology {
                 })
                 .await
         });
-        Ok(Self { url, primary, replica, store, sale, event: spec.id, seats, settings, _dir: dir, postgres, stop })
+        Ok(Self { url, primary, replica, store, sale, event: spec.id, seats, server, _dir: dir, postgres, stop })
     }
 
     /// After the load: waits for the pending admissions to drain, then checks the database and
