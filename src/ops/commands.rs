@@ -18,6 +18,7 @@ use anyhow::{bail, Context};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 pub async fn apply_event(connections: &Connections, file: &Path) -> anyhow::Result<EventSpec> {
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
@@ -186,25 +187,36 @@ pub async fn serve(connections: &Connections, settings: &ServeSettings) -> anyho
 
 /// The HTTP server and the reaper, both stopped by ctrl-c or SIGTERM.
 pub async fn run_until_shutdown(app: AppState, listener: tokio::net::TcpListener) -> anyhow::Result<()> {
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let sale = app.sale.clone();
-    let mut reaper_stop = stopped.clone();
-    let reaper = tokio::spawn(async move {
-        sale.run_reaper(async move {
-            let _ = reaper_stop.wait_for(|s| *s).await;
-        })
-        .await
-    });
-    let mut http_stop = stopped;
-    let server = http::serve(listener, app, async move {
-        let _ = http_stop.wait_for(|s| *s).await;
-    });
+    let stop = CancellationToken::new();
+    let on_signal = stop.clone();
     tokio::spawn(async move {
         shutdown_signal().await;
-        let _ = stop.send(true);
+        on_signal.cancel();
     });
-    server.await?;
-    reaper.await?;
+    serve_until(app, listener, stop, Reaper::Run).await
+}
+
+/// Whether a server runs the reaper and the hold expiry beside it (tests that drive the passes by
+/// hand leave it off).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reaper {
+    Run,
+    Off,
+}
+
+/// Serves HTTP, with the reaper beside it, until `stop` is cancelled; then finishes the requests
+/// in flight and the reaper's pass. `serve`, the demo, the bench and the tests all serve through
+/// this one function.
+pub async fn serve_until(app: AppState, listener: tokio::net::TcpListener, stop: CancellationToken, reaper: Reaper) -> anyhow::Result<()> {
+    let reaper = (reaper == Reaper::Run).then(|| {
+        let sale = app.sale.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move { sale.run_reaper(stop.cancelled_owned()).await })
+    });
+    http::serve(listener, app, stop.cancelled_owned()).await?;
+    if let Some(reaper) = reaper {
+        reaper.await?;
+    }
     Ok(())
 }
 

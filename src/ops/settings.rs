@@ -76,6 +76,19 @@ pub struct ServeSettings {
     pub in_flight_max: usize,
 }
 
+impl ServeSettings {
+    /// What `serve` runs with when given no flags: the defaults, with any `SEATRUSH_*` twin set in
+    /// the environment applied. For code that builds a server in-process (the tests).
+    pub fn from_env() -> Result<Self, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            settings: ServeSettings,
+        }
+        <Only as clap::Parser>::try_parse_from(["seatrush"]).map(|only| only.settings)
+    }
+}
+
 /// When a pending admission counts as stuck: `serve`'s reaper releases it then, `status` lists it.
 #[derive(Args, Debug, Clone)]
 pub struct PersistTimeout {

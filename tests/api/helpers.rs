@@ -2,16 +2,15 @@
 //! its own), a demo-shaped event opened, and the real HTTP server on port 0.
 
 use seatrush::domain::code::{CodeHash, CodeHasher, NormalisedCode};
-use seatrush::sale::committer::AckPolicy;
 use seatrush::domain::event::{EventId, EventSpec, LevelName};
-use seatrush::fault_hooks::FaultPlan;
-use seatrush::http::{self, AppState};
-use seatrush::redis_io::keys::EventKeys;
-use seatrush::ops::loader;
-use seatrush::redis_io::link::RedisLink;
 use seatrush::lab::redis_server::{RedisOptions, RedisServer};
-use seatrush::sale::{Sale, SaleSettings};
+use seatrush::ops::settings::{Connections, ServeSettings};
+use seatrush::ops::{self, loader, Reaper};
+use seatrush::redis_io::keys::EventKeys;
+use seatrush::redis_io::link::RedisLink;
+use seatrush::sale::Sale;
 use seatrush::store::Store;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -19,7 +18,7 @@ use std::time::Duration;
 
 pub const EVENT: &str = "exam";
 pub const OPERATOR_TOKEN: &str = "test-operator-token";
-pub const POSTGRES_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+pub use seatrush::lab::scratch_db::POSTGRES_ADMIN_URL;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -68,44 +67,12 @@ impl Default for AppOptions {
 
 /// A database of the test's own: an SQLite file in a temp dir, or a fresh PostgreSQL database
 /// dropped again when the test ends.
-pub struct TestDb {
-    pub url: String,
-    _dir: Option<tempfile::TempDir>,
-    pg_name: Option<String>,
-}
+pub use seatrush::lab::scratch_db::ScratchDb as TestDb;
 
-impl TestDb {
-    pub async fn new(backend: Backend) -> Self {
-        match backend {
-            Backend::Sqlite => {
-                let dir = tempfile::tempdir().unwrap();
-                let url = format!("sqlite://{}", dir.path().join("test.db").display());
-                Self { url, _dir: Some(dir), pg_name: None }
-            }
-            Backend::Postgres => {
-                let name = format!("seatrush_t_{}", uuid::Uuid::new_v4().simple());
-                let admin = sqlx::PgPool::connect(POSTGRES_ADMIN_URL).await.expect("PostgreSQL at 127.0.0.1:5432 must be running");
-                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await.unwrap();
-                admin.close().await;
-                Self { url: format!("postgres://postgres@127.0.0.1:5432/{name}"), _dir: None, pg_name: Some(name) }
-            }
-        }
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        if let Some(name) = self.pg_name.take() {
-            let _ = std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-                rt.block_on(async {
-                    if let Ok(admin) = sqlx::PgPool::connect(POSTGRES_ADMIN_URL).await {
-                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin).await;
-                    }
-                });
-            })
-            .join();
-        }
+pub async fn test_db(backend: Backend) -> TestDb {
+    match backend {
+        Backend::Sqlite => TestDb::sqlite("test.db").unwrap(),
+        Backend::Postgres => TestDb::postgres(POSTGRES_ADMIN_URL, "seatrush_t").await.expect("PostgreSQL at 127.0.0.1:5432 must be running"),
     }
 }
 
@@ -121,7 +88,8 @@ pub struct TestApp {
     pub codes: Vec<String>,
     pub hasher: CodeHasher,
     pub db: TestDb,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Stops the server (and its reaper) when the test ends.
+    _stop: DropGuard,
 }
 
 pub fn test_codes(n: usize) -> Vec<String> {
@@ -153,49 +121,37 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
     } else {
         (tokio::task::spawn_blocking(|| RedisServer::start(&RedisOptions::default())).await.unwrap().unwrap(), None)
     };
-    let db = TestDb::new(options.backend).await;
-    let store = Store::connect(&db.url).await.unwrap();
+    let db = test_db(options.backend).await;
+    let setup_store = Store::connect(&db.url).await.unwrap();
     let spec = spec(&options);
-    store.apply_event(&spec).await.unwrap();
+    setup_store.apply_event(&spec).await.unwrap();
     let codes = test_codes(options.codes);
-    let hasher = CodeHasher::plain();
+    let hasher = CodeHasher::from_env();
     let hashes: Vec<CodeHash> = codes.iter().map(|c| hasher.hash(&NormalisedCode::parse(c).unwrap())).collect();
-    store.import_allowlist(&spec.id, &hashes).await.unwrap();
-    let link = Arc::new(RedisLink::new(&primary.url()).unwrap());
+    setup_store.import_allowlist(&spec.id, &hashes).await.unwrap();
     if options.open {
-        loader::open_event(&mut link.check().await.unwrap(), &store, &spec.id).await.unwrap();
+        let link = RedisLink::new(&primary.url()).unwrap();
+        loader::open_event(&mut link.check().await.unwrap(), &setup_store, &spec.id).await.unwrap();
     }
-    let settings = SaleSettings {
-        ack: AckPolicy { replicas: u32::from(options.replica), timeout: options.wait_timeout },
-        commit_connections: 2,
-        persist_timeout: options.persist_timeout,
-        reaper_interval: Duration::from_millis(100),
-        ..SaleSettings::default()
-    };
-    let sale = Arc::new(Sale::new(link, store.clone(), settings, FaultPlan::none()));
-    let state = AppState { sale: sale.clone(), hasher: hasher.clone(), operator_token: Some(OPERATOR_TOKEN.into()), in_flight_max: options.in_flight_max };
+    // The same builder as `serve` (noeviction check, allowlist warm-up), with the test's settings.
+    let connections = Connections { redis_url: primary.url(), database_url: db.url.clone() };
+    let mut serve = ServeSettings::from_env().unwrap();
+    serve.operator_token = Some(OPERATOR_TOKEN.into());
+    serve.wait_replicas = u32::from(options.replica);
+    serve.wait_timeout_ms = options.wait_timeout.as_millis() as u64;
+    serve.persist_timeout.persist_timeout_ms = options.persist_timeout.as_millis() as u64;
+    serve.reaper_interval_ms = 100;
+    serve.commit_connections = 2;
+    serve.in_flight_max = options.in_flight_max;
+    let state = ops::build_app(&connections, &serve).await.unwrap();
+    let sale = state.sale.clone();
+    drop(setup_store);
+    let store = sale.store.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        let _ = rx.await;
-        let _ = stop_tx.send(true);
-    });
-    let mut http_stop = stop_rx.clone();
-    tokio::spawn(http::serve(listener, state, async move {
-        let _ = http_stop.wait_for(|s| *s).await;
-    }));
-    if options.background_reaper {
-        let sale = sale.clone();
-        let mut reaper_stop = stop_rx;
-        tokio::spawn(async move {
-            sale.run_reaper(async move {
-                let _ = reaper_stop.wait_for(|s| *s).await;
-            })
-            .await
-        });
-    }
+    let stop = CancellationToken::new();
+    let reaper = if options.background_reaper { Reaper::Run } else { Reaper::Off };
+    tokio::spawn(ops::serve_until(state, listener, stop.clone(), reaper));
     TestApp {
         url,
         client: reqwest::Client::new(),
@@ -208,15 +164,7 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
         codes,
         hasher,
         db,
-        shutdown: Some(tx),
-    }
-}
-
-impl Drop for TestApp {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        _stop: stop.drop_guard(),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The batched database write gives every booking the outcome the one-at-a-time write gives it,
 //! on SQLite (through sqlx and through the direct writer) and on PostgreSQL.
 
-use crate::helpers::{spec, AppOptions, Backend, TestDb};
+use crate::helpers::{spec, test_db, AppOptions, Backend, TestDb};
 use seatrush::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 use seatrush::domain::event::EventId;
 use seatrush::domain::nonce::Nonce;
@@ -55,7 +55,7 @@ fn kinds(outcomes: &[HoldOutcome]) -> Vec<&'static str> {
 }
 
 async fn fresh_store(backend: Backend) -> (TestDb, Store) {
-    let db = TestDb::new(backend).await;
+    let db = test_db(backend).await;
     let store = Store::connect(&db.url).await.unwrap();
     store.apply_event(&spec(&AppOptions { seats: 3, levels: vec![("A1", 1), ("B1", 5)], ..Default::default() })).await.unwrap();
     // The reaper got to CODE-6's admission first.

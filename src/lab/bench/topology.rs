@@ -7,9 +7,10 @@ use super::report::StoreCheck;
 use crate::lab::bench::args::LoadArgs;
 use crate::ops::settings::{Connections, ServeSettings};
 use crate::lab::bench::args::Backend;
+use crate::lab::scratch_db::ScratchDb;
+use tokio_util::sync::CancellationToken;
 use crate::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 use crate::domain::event::{EventId, EventSpec, LevelName};
-use crate::http;
 use crate::redis_io::keys::EventKeys;
 use crate::ops::loader;
 use crate::redis_io::link::RedisLink;
@@ -34,9 +35,8 @@ pub struct Topology {
     pub event: EventId,
     pub seats: i64,
     pub server: ServeSettings,
-    _dir: tempfile::TempDir,
-    postgres: Option<(String, String)>,
-    stop: tokio::sync::watch::Sender<bool>,
+    database: ScratchDb,
+    stop: CancellationToken,
 }
 
 /// The event of a self-contained run: every level may take every seat, so only the seats bind.
@@ -67,19 +67,11 @@ impl Topology {
             }
         })
         .await??;
-        let dir = tempfile::Builder::new().prefix("seatrush-bench-").tempdir()?;
-        let (database_url, postgres) = match load.backend {
-            Backend::Sqlite => (format!("sqlite://{}", dir.path().join("bench.db").display()), None),
-            Backend::Postgres => {
-                let name = format!("seatrush_bench_{}", uuid::Uuid::new_v4().simple());
-                let admin = sqlx::PgPool::connect(&load.postgres_admin_url).await.context("connecting to --postgres-admin-url")?;
-                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await?;
-                admin.close().await;
-                let base = load.postgres_admin_url.rsplit_once('/').map_or(load.postgres_admin_url.as_str(), |(b, _)| b);
-                (format!("{base}/{name}"), Some((load.postgres_admin_url.clone(), name)))
-            }
+        let database = match load.backend {
+            Backend::Sqlite => ScratchDb::sqlite("bench.db")?,
+            Backend::Postgres => ScratchDb::postgres(&load.postgres_admin_url, "seatrush_bench").await.context("--postgres-admin-url")?,
         };
-        let store = Store::connect(&database_url).await?;
+        let store = Store::connect(&database.url).await?;
         let seats = load.seats.unwrap_or(load.codes as i64);
         let spec = bench_spec(&load.event, seats, &load.levels)?;
         store.apply_event(&spec).await?;
@@ -89,7 +81,7 @@ impl Topology {
 
         let mut connections = connections.clone();
         connections.redis_url = primary.url();
-        connections.database_url = database_url;
+        connections.database_url = database.url.clone();
         let mut server = load.server.clone();
         if !replicated {
             server.wait_replicas = 0;
@@ -98,21 +90,9 @@ impl Topology {
         let sale = app.sale.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let mut http_stop = stopped.clone();
-        tokio::spawn(http::serve(listener, app, async move {
-            let _ = http_stop.wait_for(|s| *s).await;
-        }));
-        let reaper_sale = sale.clone();
-        let mut reaper_stop = stopped;
-        tokio::spawn(async move {
-            reaper_sale
-                .run_reaper(async move {
-                    let _ = reaper_stop.wait_for(|s| *s).await;
-                })
-                .await
-        });
-        Ok(Self { url, primary, replica, store, sale, event: spec.id, seats, server, _dir: dir, postgres, stop })
+        let stop = CancellationToken::new();
+        tokio::spawn(crate::ops::serve_until(app, listener, stop.clone(), crate::ops::Reaper::Run));
+        Ok(Self { url, primary, replica, store, sale, event: spec.id, seats, server, database, stop })
     }
 
     /// After the load: waits for the pending admissions to drain, then checks the database and
@@ -146,14 +126,10 @@ impl Topology {
     }
 
     /// Stops the server and drops the PostgreSQL database if one was made.
-    pub async fn finish(self) {
-        let _ = self.stop.send(true);
+    pub async fn finish(mut self) {
+        self.stop.cancel();
         self.store_close().await;
-        if let Some((admin_url, name)) = &self.postgres {
-            if let Ok(admin) = sqlx::PgPool::connect(admin_url).await {
-                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin).await;
-            }
-        }
+        self.database.drop_now().await;
     }
 
     async fn store_close(&self) {

@@ -39,10 +39,10 @@ pub struct TopologyOptions {
 /// A database of the run's own.
 pub struct RunDb {
     pub url: String,
-    pub pg_name: Option<String>,
+    scratch: tokio::sync::Mutex<ScratchDb>,
+    pg_name: Option<String>,
     /// The connection holding the write locks while the database-slow fault is on.
     slow: tokio::sync::Mutex<Option<SlowLock>>,
-    _dir: Option<tempfile::TempDir>,
 }
 
 /// An open transaction that holds what every booking write needs.
@@ -54,19 +54,18 @@ enum SlowLock {
 /// How long the database-slow fault's own connection waits for SQLite's write lock.
 const SLOW_LOCK_WAIT: Duration = Duration::from_secs(5);
 
-pub const POSTGRES_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+pub use crate::lab::scratch_db::POSTGRES_ADMIN_URL;
+use crate::lab::scratch_db::ScratchDb;
 
 impl RunDb {
     async fn new(postgres: bool) -> anyhow::Result<Self> {
-        if !postgres {
-            let dir = tempfile::tempdir()?;
-            let url = format!("sqlite://{}", dir.path().join("faults.db").display());
-            return Ok(Self { url, pg_name: None, slow: Default::default(), _dir: Some(dir) });
-        }
-        let name = format!("seatrush_faults_{}", uuid::Uuid::new_v4().simple());
-        let admin = sqlx::PgPool::connect(POSTGRES_ADMIN_URL).await.context("the fault runner's database needs PostgreSQL on 127.0.0.1:5432")?;
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await?;
-        Ok(Self { url: format!("postgres://postgres@127.0.0.1:5432/{name}"), pg_name: Some(name), slow: Default::default(), _dir: None })
+        let scratch = if postgres {
+            ScratchDb::postgres(POSTGRES_ADMIN_URL, "seatrush_faults").await.context("the fault runner's database needs PostgreSQL on 127.0.0.1:5432")?
+        } else {
+            ScratchDb::sqlite("faults.db")?
+        };
+        let pg_name = scratch.postgres_name().map(str::to_owned);
+        Ok(Self { url: scratch.url.clone(), scratch: tokio::sync::Mutex::new(scratch), pg_name, slow: Default::default() })
     }
 
     /// Makes the database refuse every connection (and ends the open ones), or lets them in again.
@@ -126,12 +125,7 @@ impl RunDb {
     }
 
     pub async fn drop_database(&self) {
-        if let Some(name) = &self.pg_name {
-            if let Ok(admin) = sqlx::PgPool::connect(POSTGRES_ADMIN_URL).await {
-                let _ = sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true")).execute(&admin).await;
-                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin).await;
-            }
-        }
+        self.scratch.lock().await.drop_now().await;
     }
 }
 
