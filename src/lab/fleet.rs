@@ -3,6 +3,7 @@
 //! mid-burst (by SIGKILL from outside, or by the injected crashes of `faults.rs`) and show that
 //! nothing leaks.
 
+use tokio_util::sync::CancellationToken;
 use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -52,7 +53,7 @@ pub struct Fleet {
     killed: Arc<AtomicUsize>,
     exited: Arc<AtomicUsize>,
     restarts: Arc<AtomicUsize>,
-    stop: tokio::sync::watch::Sender<bool>,
+    stop: CancellationToken,
     supervisor: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -92,7 +93,8 @@ impl Fleet {
         for m in &members {
             wait_healthy(&format!("http://127.0.0.1:{}", m.port)).await?;
         }
-        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
         let mut fleet = Self {
             spec,
             members: Arc::new(Mutex::new(members)),
@@ -106,13 +108,13 @@ impl Fleet {
         Ok(fleet)
     }
 
-    fn supervise(&self, mut stopped: tokio::sync::watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + 'static {
+    fn supervise(&self, stopped: CancellationToken) -> impl std::future::Future<Output = ()> + Send + 'static {
         let (spec, members) = (self.spec.clone(), self.members.clone());
         let (killed, exited, restarts) = (self.killed.clone(), self.exited.clone(), self.restarts.clone());
         async move {
             loop {
                 tokio::select! {
-                    _ = stopped.changed() => return,
+                    _ = stopped.cancelled() => return,
                     _ = tokio::time::sleep(SUPERVISE_INTERVAL) => {}
                 }
                 let mut members = members.lock().expect("fleet lock");
@@ -162,7 +164,7 @@ impl Fleet {
 
     /// Stops supervising and kills every member.
     pub async fn shutdown(mut self) -> FleetReport {
-        let _ = self.stop.send(true);
+        self.stop.cancel();
         if let Some(s) = self.supervisor.take() {
             let _ = s.await;
         }
@@ -183,7 +185,7 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        let _ = self.stop.send(true);
+        self.stop.cancel();
         self.kill_all();
     }
 }

@@ -99,14 +99,14 @@ impl Injected {
     }
 }
 
-/// Injects `kind` on its schedule until `stop` turns true.
-pub async fn run(kind: FaultKind, topo: Arc<Topology>, injected: Arc<Injected>, mut stop: tokio::sync::watch::Receiver<bool>) {
+/// Injects `kind` on its schedule until `stop` is cancelled.
+pub async fn run(kind: FaultKind, topo: Arc<Topology>, injected: Arc<Injected>, stop: tokio_util::sync::CancellationToken) {
     let (first, period, lasting) = kind.schedule();
     let mut next = first;
     let mut round = 0usize;
     loop {
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.cancelled() => return,
             _ = tokio::time::sleep(next) => {}
         }
         match inject(kind, &topo, round).await {
@@ -115,7 +115,7 @@ pub async fn run(kind: FaultKind, topo: Arc<Topology>, injected: Arc<Injected>, 
         }
         if !lasting.is_zero() {
             tokio::select! {
-                _ = stop.wait_for(|s| *s) => {}
+                _ = stop.cancelled() => {}
                 _ = tokio::time::sleep(lasting) => {}
             }
             if let Err(e) = heal(kind, &topo).await {

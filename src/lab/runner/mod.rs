@@ -8,6 +8,7 @@ pub mod operator;
 pub mod proxy;
 pub mod topology;
 
+use tokio_util::sync::CancellationToken;
 use crate::domain::event::{now_ms, EventId, EventSpec, LevelName};
 use crate::lab::crowd::{self, Candidate, Outcome, Tally};
 use crate::lab::invariants::{self, Journal, OperatorCall, Told};
@@ -169,10 +170,10 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     let event = spec.id.clone();
 
     let injected = Arc::new(Injected::new(&kinds));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = CancellationToken::new();
     let injectors: Vec<_> =
-        kinds.iter().map(|k| tokio::spawn(inject::run(*k, topo.clone(), injected.clone(), stopped.clone()))).collect();
-    let sampler = operator::sample(topo.store.clone(), event.clone(), stopped.clone());
+        kinds.iter().map(|k| tokio::spawn(inject::run(*k, topo.clone(), injected.clone(), stop.clone()))).collect();
+    let sampler = operator::sample(topo.store.clone(), event.clone(), stop.clone());
     let (told_tx, told_rx) = tokio::sync::mpsc::unbounded_channel();
     let targets = operator::Targets { operator: topo.fleet.urls(), bookings: booking_urls(&topo) };
     let operator = operator::spawn(targets, told_rx, !config.no_operator_calls, config.rebook_per_mille);
@@ -182,7 +183,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     // The faults go on while the operator's last payments and cancels are under way.
     let operator = operator.await.unwrap_or_default();
 
-    let _ = stop.send(true);
+    stop.cancel();
     for i in injectors {
         let _ = tokio::time::timeout(inject::FAILOVER_GRACE, i).await;
     }

@@ -12,7 +12,8 @@ use crate::lab::invariants::{OperatorAnswer, OperatorCall, Seen, Told};
 use crate::store::Store;
 use std::collections::HashMap;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// How long one operator call keeps retrying (503, lost connection, a `serve` restarting).
 const CALL_DEADLINE: Duration = Duration::from_secs(10);
@@ -191,7 +192,7 @@ async fn call(client: &reqwest::Client, base: &str, raw: &str, t: &Told, call: O
 /// Reads the seats the database holds every `SAMPLE_INTERVAL` until `stop`; returns, per nonce,
 /// when it was seen holding one. A row counts as seen at the moment its read began (the read
 /// saw it at that moment or later), so "seen after" is never claimed early.
-pub fn sample(store: Store, event: EventId, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<HashMap<String, Seen>> {
+pub fn sample(store: Store, event: EventId, stop: CancellationToken) -> tokio::task::JoinHandle<HashMap<String, Seen>> {
     tokio::spawn(async move {
         let mut seen: HashMap<String, Seen> = HashMap::new();
         loop {
@@ -203,7 +204,7 @@ pub fn sample(store: Store, event: EventId, mut stop: watch::Receiver<bool>) -> 
                 }
             }
             tokio::select! {
-                _ = stop.wait_for(|s| *s) => return seen,
+                _ = stop.cancelled() => return seen,
                 _ = tokio::time::sleep(SAMPLE_INTERVAL) => {}
             }
         }
