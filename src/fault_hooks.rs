@@ -80,7 +80,8 @@ impl BrokenGuard {
 pub struct FaultPlan {
     points: Vec<CrashPoint>,
     probability: f64,
-    pub broken_guard: Option<BrokenGuard>,
+    /// Read by the committer and the scripts; only [`FaultPlan::from_env`] sets it.
+    pub(crate) broken_guard: Option<BrokenGuard>,
 }
 
 /// Refuses to go on when a fault variable is set in a build without the hooks. Every command

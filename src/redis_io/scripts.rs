@@ -44,6 +44,7 @@ pub struct Scripts {
 
 const ADMIT_SOURCE: &str = include_str!("../../lua/admit.lua");
 /// The retry check of admit.lua, which `BrokenGuard::RetryCheck` switches off.
+#[cfg(feature = "fault-hooks")]
 const RETRY_CHECK: &str = "if nonce == ARGV[2] then";
 
 impl Scripts {
@@ -51,9 +52,11 @@ impl Scripts {
         Self::with_broken_guard(None)
     }
 
-    /// The scripts, with one guard switched off for the fault runner's checker test.
+    /// The scripts, with one guard switched off for the fault runner's checker test (only in a
+    /// build with the `fault-hooks` feature; a plain build always loads the real scripts).
     pub fn with_broken_guard(broken: Option<crate::fault_hooks::BrokenGuard>) -> Self {
         let admit: &'static str = match broken {
+            #[cfg(feature = "fault-hooks")]
             Some(crate::fault_hooks::BrokenGuard::RetryCheck) => {
                 assert!(ADMIT_SOURCE.contains(RETRY_CHECK), "admit.lua lost its retry check line");
                 Box::leak(ADMIT_SOURCE.replace(RETRY_CHECK, "if false then").into_boxed_str())
