@@ -160,7 +160,6 @@ struct FinalRow {
     state: String,
     hold_until_ms: i64,
     updated_ms: i64,
-    synced: bool,
 }
 
 impl FinalRow {
@@ -170,13 +169,13 @@ impl FinalRow {
 }
 
 async fn final_rows(store: &Store, event: &EventId) -> anyhow::Result<HashMap<String, FinalRow>> {
-    type Tuple = (String, String, i64, String, i64, i64, i64);
-    let sql = "SELECT code_hash, nonce, slot, state, hold_until_ms, updated_ms, redis_synced FROM bookings WHERE event_id = $1";
+    type Tuple = (String, String, i64, String, i64, i64);
+    let sql = "SELECT code_hash, nonce, slot, state, hold_until_ms, updated_ms FROM bookings WHERE event_id = $1";
     let rows: Vec<Tuple> = crate::store::on_pool!(store, pool => sqlx::query_as(sql).bind(event.as_str()).fetch_all(pool).await?);
     Ok(rows
         .into_iter()
-        .map(|(code, nonce, slot, state, hold_until_ms, updated_ms, synced)| {
-            (code, FinalRow { nonce, slot, state, hold_until_ms, updated_ms, synced: synced != 0 })
+        .map(|(code, nonce, slot, state, hold_until_ms, updated_ms)| {
+            (code, FinalRow { nonce, slot, state, hold_until_ms, updated_ms })
         })
         .collect())
 }
@@ -313,7 +312,7 @@ pub async fn settled_violations(store: &Store, event: &EventId, now_ms: i64) -> 
     if outlived > 0 {
         v.push(format!("nothing leaks: {outlived} holds are still held after their hold ran out"));
     }
-    let unsynced = rows.values().filter(|r| r.state == "released" && !r.synced).count();
+    let unsynced = store.unsynced_releases(i64::MAX).await?.iter().filter(|(e, _)| e == event).count();
     if unsynced > 0 {
         v.push(format!("nothing leaks: {unsynced} releases in the database are not marked done in Redis"));
     }

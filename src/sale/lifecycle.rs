@@ -1,7 +1,7 @@
 //! After admission: payment, cancellation and the release of holds that ran out. The database
 //! row changes first, in one conditional statement that names the admission it releases; then the
 //! guarded release script returns the seat in Redis, followed by `WAIT` on the same connection. A
-//! release stays marked not yet synced (`redis_synced = 0`) until a replica has acknowledged it,
+//! release stays in `release_syncs` (not yet synced) until a replica has acknowledged it,
 //! and the background pass runs it again until one has (DESIGN "A release is done only once a
 //! replica has it"): a failover that loses a release cannot leave a seat counted with nobody
 //! holding it.

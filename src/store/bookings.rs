@@ -149,7 +149,7 @@ pub(super) const UPSERT: &str = "INSERT INTO bookings (event_id, code_hash, nonc
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
      ON CONFLICT (event_id, code_hash) DO UPDATE SET nonce = excluded.nonce, admission_id = excluded.admission_id,
        slot = excluded.slot, level = excluded.level, state = excluded.state, admitted_ms = excluded.admitted_ms,
-       hold_until_ms = excluded.hold_until_ms, updated_ms = excluded.updated_ms, redis_synced = 1
+       hold_until_ms = excluded.hold_until_ms, updated_ms = excluded.updated_ms
      WHERE bookings.state = 'released' AND bookings.admission_id <> excluded.admission_id";
 
 impl Store {
@@ -250,7 +250,7 @@ impl Store {
     }
 
     /// Releases the booking of one admission in the database and uncounts it; Redis is told
-    /// afterwards, and `redis_synced` stays 0 until a replica has the release too.
+    /// afterwards, and the release stays in `release_syncs` until a replica has it too.
     ///
     /// One conditional statement names the admission and re-checks the condition, so a list read
     /// earlier can never release what the row holds by now (a fresh booking, a payment).
@@ -266,7 +266,7 @@ impl Store {
             Release::Expired => "state = 'held' AND hold_until_ms <= $4",
         };
         let sql = format!(
-            "UPDATE bookings SET state = 'released', redis_synced = 0, updated_ms = $4
+            "UPDATE bookings SET state = 'released', updated_ms = $4
              WHERE event_id = $1 AND code_hash = $2 AND admission_id = $3 AND {condition}
              RETURNING level"
         );
@@ -276,6 +276,13 @@ impl Store {
                 .bind(event.as_str()).bind(code.as_str()).bind(admission_id).bind(now_ms)
                 .fetch_optional(&mut *tx).await?;
             let Some(level) = level else { return Ok(None) };
+            sqlx::query(
+                "INSERT INTO release_syncs (event_id, code_hash, admission_id, nonce, slot, level, admitted_ms, released_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+            )
+            .bind(event.as_str()).bind(code.as_str()).bind(admission_id).bind(&row.nonce).bind(row.slot).bind(&level)
+            .bind(row.admitted_ms).bind(now_ms)
+            .execute(&mut *tx).await?;
             sqlx::query("UPDATE levels SET taken = taken - 1 WHERE event_id = $1 AND name = $2")
                 .bind(event.as_str()).bind(&level).execute(&mut *tx).await?;
             sqlx::query("UPDATE events SET taken = taken - 1 WHERE id = $1").bind(event.as_str()).execute(&mut *tx).await?;
@@ -292,10 +299,29 @@ impl Store {
         self.rows_with_event(&sql, now_ms, limit).await
     }
 
-    /// Releases in the database that Redis has not yet been told about.
+    /// Releases the database has made that no replica has acknowledged yet, oldest first. They
+    /// live in `release_syncs`, not on the booking row: a new booking may overwrite the row first.
     pub async fn unsynced_releases(&self, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
-        let sql = format!("SELECT event_id, {ROW_COLUMNS} FROM bookings WHERE redis_synced = 0 AND updated_ms >= $1 ORDER BY updated_ms LIMIT $2");
-        self.rows_with_event(&sql, 0, limit).await
+        type Tuple = (String, String, String, String, i64, String, i64, i64);
+        let sql = "SELECT event_id, code_hash, nonce, admission_id, slot, level, admitted_ms, released_ms
+                   FROM release_syncs ORDER BY released_ms LIMIT $1";
+        let rows: Vec<Tuple> = on_pool!(self, pool => sqlx::query_as(sql).bind(limit).fetch_all(pool).await?);
+        Ok(rows
+            .into_iter()
+            .filter_map(|(event, code, nonce, admission_id, slot, level, admitted_ms, released_ms)| {
+                let row = BookingRow {
+                    code: CodeHash::from_hex(&code)?,
+                    nonce,
+                    admission_id,
+                    slot,
+                    level,
+                    state: "released".into(),
+                    admitted_ms,
+                    hold_until_ms: released_ms,
+                };
+                Some((EventId::parse(&event).ok()?, row))
+            })
+            .collect())
     }
 
     async fn rows_with_event(&self, sql: &str, arg: i64, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
@@ -309,9 +335,10 @@ impl Store {
         })
     }
 
+    /// A replica has this release: it need not run again.
     pub async fn mark_release_synced(&self, event: &EventId, row: &BookingRow) -> Result<(), StoreError> {
         on_pool!(self, pool => {
-            sqlx::query("UPDATE bookings SET redis_synced = 1 WHERE event_id = $1 AND code_hash = $2 AND admission_id = $3 AND state = 'released'")
+            sqlx::query("DELETE FROM release_syncs WHERE event_id = $1 AND code_hash = $2 AND admission_id = $3")
                 .bind(event.as_str()).bind(row.code.as_str()).bind(&row.admission_id).execute(pool).await?;
         });
         Ok(())

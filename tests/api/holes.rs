@@ -248,3 +248,39 @@ async fn a_cancel_racing_a_payment_never_leaves_a_paid_booking_it_called_release
     app.sale.sync_releases_once().await.unwrap();
     app.assert_invariants().await;
 }
+
+/// Hole 11 (found by the fault runner's partition fault): a new booking of the same code
+/// overwrites the released row before its release is acknowledged; the duty to run that release
+/// again must survive, or a failover that lost it leaves a record and a count nobody holds.
+async fn an_unacknowledged_release_outlives_the_row_a_new_booking_overwrites(backend: Backend) {
+    let app = spawn_app(AppOptions { backend, ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("first")).await.status, 201);
+    let replica = app.replica.as_ref().unwrap();
+    replica.pause();
+    assert_eq!(app.operator("CODE-00001", "cancel", Some(OPERATOR_TOKEN)).await.status, 200);
+    let released = app.store.unsynced_releases(10).await.unwrap();
+    assert_eq!(released.len(), 1);
+    // The candidate books again while the replica still lags: the short WAIT settles the new
+    // admission, which claims (overwrites) the code's released row.
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("again")).await.status_str(), "retry");
+    let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
+    assert_ne!(row.admission_id, released[0].1.admission_id, "the row now names the new admission");
+    let still = app.store.unsynced_releases(10).await.unwrap();
+    replica.resume();
+    assert_eq!(still.len(), 1, "the first release still waits for a replica");
+    assert_eq!(still[0].1.admission_id, released[0].1.admission_id);
+
+    app.sale.sync_releases_once().await.unwrap();
+    assert!(app.store.unsynced_releases(10).await.unwrap().is_empty());
+    app.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn an_unacknowledged_release_outlives_the_row_a_new_booking_overwrites_sqlite() {
+    an_unacknowledged_release_outlives_the_row_a_new_booking_overwrites(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn an_unacknowledged_release_outlives_the_row_a_new_booking_overwrites_postgres() {
+    an_unacknowledged_release_outlives_the_row_a_new_booking_overwrites(Backend::Postgres).await;
+}
