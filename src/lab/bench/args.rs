@@ -17,6 +17,17 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// One hot event booked four ways: Lua script, WATCH/MULTI/EXEC, SET NX PX lock, PostgreSQL counter row
     Strategies(StrategiesArgs),
+    /// The same load run on SQLite and on PostgreSQL, alternating, and the ratio of their admitted/s
+    CompareBackends(CompareArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CompareArgs {
+    /// Runs per backend, alternating SQLite and PostgreSQL so the machine's load hits both alike
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+    #[command(flatten)]
+    pub load: LoadArgs,
 }
 
 /// The HTTP load run. Without `--url` it starts its own topology (private Redis primary and

@@ -27,6 +27,7 @@ const CEILING_REQUESTS: u64 = 300_000;
 pub async fn run(connections: &Connections, args: &BenchArgs) -> anyhow::Result<()> {
     match &args.command {
         Some(BenchCommand::Strategies(s)) => strategies::run(s).await,
+        Some(BenchCommand::CompareBackends(c)) => compare_backends(connections, c).await,
         None => {
             let report = load(connections, &args.load).await?;
             anyhow::ensure!(report.checks.passed, "the run's checks failed (see {})", args.load.out_dir.display());
@@ -85,6 +86,45 @@ pub async fn load(connections: &Connections, args: &LoadArgs) -> anyhow::Result<
     write(args, &report)?;
     print!("{}", report.summary());
     Ok(report)
+}
+
+/// `seatrush bench compare-backends`: the same self-contained run on each backend, back to back
+/// (alternating over `--rounds`), then PostgreSQL's admitted/s as a share of SQLite's.
+async fn compare_backends(connections: &Connections, args: &args::CompareArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.load.url.is_none(), "compare-backends starts its own topologies; drop --url");
+    let mut lines = Vec::new();
+    let mut admitted_per_s: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let mut failed = Vec::new();
+    for round in 1..=args.rounds.max(1) {
+        for backend in ["sqlite", "postgres"] {
+            let mut run = args.load.clone();
+            run.backend = backend.to_owned();
+            run.out_dir = args.load.out_dir.join(format!("{backend}-{round}"));
+            let report = load(connections, &run).await?;
+            if !report.checks.passed {
+                failed.push(run.out_dir.display().to_string());
+            }
+            admitted_per_s.entry(backend).or_default().push(report.admitted_per_s);
+            lines.push(format!(
+                "round {round} {backend:<8} admitted/s {:>9.0}  p50 {:>7.2} ms  p99 {:>7.2} ms  checks {}  load {} -> {}",
+                report.admitted_per_s,
+                report.latency_ms.p50,
+                report.latency_ms.p99,
+                if report.checks.passed { "PASS" } else { "FAIL" },
+                report.machine.loadavg_before,
+                report.machine.loadavg_after,
+            ));
+        }
+    }
+    let mean = |b: &str| admitted_per_s[b].iter().sum::<f64>() / admitted_per_s[b].len() as f64;
+    println!("\n## compare-backends ({} round(s))", args.rounds.max(1));
+    for line in &lines {
+        println!("{line}");
+    }
+    let (sqlite, postgres) = (mean("sqlite"), mean("postgres"));
+    println!("mean admitted/s: sqlite {sqlite:.0}, postgres {postgres:.0}; postgres / sqlite = {:.1} %", 100.0 * postgres / sqlite);
+    anyhow::ensure!(failed.is_empty(), "checks failed in {}", failed.join(", "));
+    Ok(())
 }
 
 fn server_levers(s: &ServeSettings, args: &LoadArgs) -> serde_json::Value {
