@@ -142,12 +142,10 @@ impl Sale {
             }
         };
         let (refusal, seat_held) = match outcome {
-            HoldOutcome::Held(seat) | HoldOutcome::AlreadyHeld(seat) => {
-                self.crash.maybe(CrashPoint::AfterPersist);
-                // If this fails the reaper finds the row persisted and drops the entry itself.
-                let _ = self.run_script(&self.scripts.persisted, self.scripts.persisted_call(&view.keys, &admission)).await;
-                return self.unexpired(seat).await;
-            }
+            // The persister has marked it persisted in Redis already, once for its whole batch.
+            // A fresh hold runs from this very write: it cannot have run out yet.
+            HoldOutcome::Held(seat) => return Ok(seat),
+            HoldOutcome::AlreadyHeld(seat) => return self.unexpired(seat).await,
             HoldOutcome::SameNonceHolds(seat) => {
                 // A retry whose first admission Redis lost: the row is the answer; this newer
                 // admission is one too many.

@@ -22,7 +22,7 @@ use crate::sale::catalog::{Catalog, EventView};
 use crate::sale::committer::{AckPolicy, Committer};
 use crate::domain::event::EventId;
 use crate::fault_hooks::FaultPlan;
-use crate::sale::persister::{PersistPolicy, Persister};
+use crate::sale::persister::{PersistPolicy, PersistedMarks, Persister};
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::scripts::{self, Scripts};
 use crate::sale::stats::Stats;
@@ -98,7 +98,11 @@ impl Sale {
             catalog: Catalog::new(link.clone()),
             allowlist: AllowCache::new(link.clone()),
             // Its own connections: the shared pool's users (health, payments, reaper) cannot starve it.
-            persister: Persister::start(store.dedicated(settings.persist.connections()), settings.persist),
+            persister: Persister::start(
+                store.dedicated(settings.persist.connections()),
+                settings.persist,
+                Some(PersistedMarks { link: link.clone(), scripts: scripts.clone(), crash: crash.clone() }),
+            ),
             link,
             scripts,
             committer,

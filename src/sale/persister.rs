@@ -4,8 +4,19 @@
 //! SAVEPOINT per booking, one commit. Each caller gets back its own [`HoldOutcome`], the one
 //! [`Store::hold`] would have given it. With SQLite the writers serialise on the file lock anyway,
 //! so one writer with big batches beats many writers waiting on `busy_timeout`.
+//!
+//! Once a batch has committed, the writer also drops the pending entries of the bookings it holds
+//! ([`PersistedMarks`]): one pipeline per batch on the shared Redis connection instead of one
+//! script call per request (issue 10: a round trip per booking was a visible share of `serve`'s
+//! CPU). Only then are the callers answered, so the order stays row, mark, `201`.
 
+use crate::domain::event::EventId;
+use crate::fault_hooks::{CrashPoint, FaultPlan};
+use crate::redis_io::keys::EventKeys;
+use crate::redis_io::link::RedisLink;
+use crate::redis_io::scripts::{is_noscript, Scripts};
 use crate::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store, StoreError};
+use redis::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Mutex};
@@ -51,18 +62,75 @@ struct Job {
     reply: oneshot::Sender<HoldResult>,
 }
 
+/// Drops the pending entries of written bookings (`lua/persisted.lua`), a batch at a time.
+#[derive(Clone)]
+pub struct PersistedMarks {
+    pub link: Arc<RedisLink>,
+    pub scripts: Arc<Scripts>,
+    pub crash: FaultPlan,
+}
+
+impl PersistedMarks {
+    /// Marks every booking the database now holds for its admission, in one pipeline. A failure
+    /// is left to the reaper, which finds those rows persisted and drops the entries itself.
+    async fn mark(&self, items: &[HoldItem], outcomes: &[HoldResult]) {
+        assert_eq!(items.len(), outcomes.len(), "one outcome per booking");
+        let held = || items.iter().zip(outcomes).filter(|(_, o)| matches!(o, Ok(HoldOutcome::Held(_) | HoldOutcome::AlreadyHeld(_))));
+        if held().next().is_none() {
+            return;
+        }
+        self.crash.maybe(CrashPoint::AfterPersist);
+        let mut keys: Vec<(&EventId, EventKeys)> = Vec::new();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (item, _) in held() {
+            let at = match keys.iter().position(|(e, _)| *e == &item.event) {
+                Some(at) => at,
+                None => {
+                    keys.push((&item.event, EventKeys::new(&item.event)));
+                    keys.len() - 1
+                }
+            };
+            pipe.add_command(self.scripts.persisted_call(&keys[at].1, &item.admission));
+        }
+        if let Err(e) = self.run(&pipe).await {
+            tracing::debug!(error = %e, "marking a batch persisted failed; the reaper drops those pending entries");
+            self.link.report(&e).await;
+        }
+    }
+
+    async fn run(&self, pipe: &redis::Pipeline) -> redis::RedisResult<()> {
+        let mut conn = self.link.shared().await?;
+        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let noscript = replies.into_iter().any(|v| match v {
+            Value::ServerError(e) => is_noscript(&e.into()),
+            _ => false,
+        });
+        if noscript {
+            // The script cache was emptied (restart, failover): load it and run the batch again;
+            // the script is idempotent.
+            self.scripts.persisted.load_cmd().query_async::<String>(&mut conn).await?;
+            let _: Vec<Value> = pipe.query_async(&mut conn).await?;
+        }
+        Ok(())
+    }
+}
+
 /// Hands writes to the writers, or writes directly when batching is off.
 #[derive(Clone)]
 pub struct Persister {
     store: Store,
     queue: Option<mpsc::Sender<Job>>,
+    marks: Option<PersistedMarks>,
 }
 
 impl Persister {
     /// Starts the writers (inside the current Tokio runtime); they stop when every clone is dropped.
-    pub fn start(store: Store, policy: PersistPolicy) -> Self {
+    /// With `marks`, each booking the database holds is also marked persisted in Redis before its
+    /// caller is answered.
+    pub fn start(store: Store, policy: PersistPolicy, marks: Option<PersistedMarks>) -> Self {
         if policy.batch_size_max == 0 {
-            return Self { store, queue: None };
+            return Self { store, queue: None, marks };
         }
         let writer = match store.sqlite_path().filter(|_| policy.direct_sqlite).map(|p| SqliteBatchWriter::open(&p)) {
             Some(Ok(direct)) => BatchWriter::Direct(direct),
@@ -76,9 +144,9 @@ impl Persister {
         let (queue, receiver) = mpsc::channel(QUEUE_DEPTH_MAX);
         let receiver = Arc::new(Mutex::new(receiver));
         for _ in 0..policy.writers.max(1) {
-            tokio::spawn(write_batches(writer.clone(), policy, receiver.clone()));
+            tokio::spawn(write_batches(writer.clone(), policy, receiver.clone(), marks.clone()));
         }
-        Self { store, queue: Some(queue) }
+        Self { store, queue: Some(queue), marks }
     }
 
     /// The database's clock, read on the request path's own connections.
@@ -89,7 +157,11 @@ impl Persister {
     /// The request path's write, batched or not; same outcome either way.
     pub async fn hold(&self, item: HoldItem) -> HoldResult {
         let Some(queue) = &self.queue else {
-            return self.store.hold(&item.event, &item.admission, item.hold_ms).await;
+            let outcome = self.store.hold(&item.event, &item.admission, item.hold_ms).await;
+            if let Some(marks) = &self.marks {
+                marks.mark(std::slice::from_ref(&item), std::slice::from_ref(&outcome)).await;
+            }
+            return outcome;
         };
         let (reply, answer) = oneshot::channel();
         let stopped = || StoreError::Batch("the database writer stopped".into());
@@ -108,7 +180,7 @@ enum BatchWriter {
     Direct(SqliteBatchWriter),
 }
 
-async fn write_batches(writer: BatchWriter, policy: PersistPolicy, receiver: Arc<Mutex<mpsc::Receiver<Job>>>) {
+async fn write_batches(writer: BatchWriter, policy: PersistPolicy, receiver: Arc<Mutex<mpsc::Receiver<Job>>>, marks: Option<PersistedMarks>) {
     let mut batch: Vec<Job> = Vec::with_capacity(policy.batch_size_max);
     loop {
         {
@@ -121,24 +193,25 @@ async fn write_batches(writer: BatchWriter, policy: PersistPolicy, receiver: Arc
                 let _ = tokio::time::timeout(policy.linger, receiver.recv_many(&mut batch, room)).await;
             }
         }
-        let items: Vec<HoldItem> = batch.iter().map(|j| j.item.clone()).collect();
+        let (items, replies): (Vec<HoldItem>, Vec<oneshot::Sender<HoldResult>>) = batch.drain(..).map(|j| (j.item, j.reply)).unzip();
+        let items = Arc::new(items);
         let written = match &writer {
             BatchWriter::Sqlx(store) => store.hold_batch(&items).await,
-            BatchWriter::Direct(direct) => direct.hold_batch(items).await,
+            BatchWriter::Direct(direct) => direct.hold_batch(items.clone()).await,
         };
-        match written {
-            Ok(outcomes) => {
-                assert_eq!(outcomes.len(), batch.len(), "one outcome per booking of the batch");
-                for (job, outcome) in batch.drain(..).zip(outcomes) {
-                    let _ = job.reply.send(outcome);
-                }
-            }
+        let outcomes: Vec<HoldResult> = match written {
+            Ok(outcomes) => outcomes,
             Err(err) => {
                 let message = err.to_string();
-                for job in batch.drain(..) {
-                    let _ = job.reply.send(Err(StoreError::Batch(message.clone())));
-                }
+                items.iter().map(|_| Err(StoreError::Batch(message.clone()))).collect()
             }
+        };
+        assert_eq!(outcomes.len(), replies.len(), "one outcome per booking of the batch");
+        if let Some(marks) = &marks {
+            marks.mark(&items, &outcomes).await;
+        }
+        for (reply, outcome) in replies.into_iter().zip(outcomes) {
+            let _ = reply.send(outcome);
         }
     }
 }

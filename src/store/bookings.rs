@@ -141,10 +141,9 @@ pub struct LevelCounts {
     pub paid: i64,
 }
 
-/// Counts one more held seat against the level / the event, unless that would pass its cap.
-pub(super) const COUNT_LEVEL: &str = "UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap";
-pub(super) const COUNT_EVENT: &str = "UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats";
-
+/// The arbiter's conditional upsert: the request path binds `held` (see `hold_batch.rs`), the
+/// reaper `released`. It changes nothing when another admission holds the row or this one was
+/// released already.
 pub(super) const UPSERT: &str = "INSERT INTO bookings (event_id, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms, updated_ms)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
      ON CONFLICT (event_id, code_hash) DO UPDATE SET nonce = excluded.nonce, admission_id = excluded.admission_id,
@@ -153,43 +152,6 @@ pub(super) const UPSERT: &str = "INSERT INTO bookings (event_id, code_hash, nonc
      WHERE bookings.state = 'released' AND bookings.admission_id <> excluded.admission_id";
 
 impl Store {
-    /// The request path's write: claim the row `held` for this admission and count it against the
-    /// level and the event, or report why the database refuses. The hold runs `hold_ms` from
-    /// this write, by the database's clock.
-    pub async fn hold(&self, event: &EventId, adm: &Admission, hold_ms: i64) -> Result<HoldOutcome, StoreError> {
-        let now_ms = self.clock_ms().await?;
-        let hold_until_ms = now_ms + hold_ms;
-        let claimed = on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            let upsert = sqlx::query(UPSERT)
-                .bind(event.as_str()).bind(adm.code.as_str()).bind(adm.nonce.as_str()).bind(&adm.id)
-                .bind(adm.slot).bind(&adm.level).bind("held").bind(adm.admitted_ms).bind(hold_until_ms).bind(now_ms)
-                .execute(&mut *tx).await;
-            match upsert {
-                Err(sqlx::Error::Database(db)) if db.is_unique_violation() => return Ok(HoldOutcome::SeatTaken),
-                Err(e) => return Err(e.into()),
-                Ok(done) if done.rows_affected() == 0 => false,
-                Ok(_) => {
-                    let level = sqlx::query(COUNT_LEVEL).bind(event.as_str()).bind(&adm.level).execute(&mut *tx).await?;
-                    if level.rows_affected() == 0 {
-                        return Ok(HoldOutcome::LevelFull);
-                    }
-                    let seats = sqlx::query(COUNT_EVENT).bind(event.as_str()).execute(&mut *tx).await?;
-                    if seats.rows_affected() == 0 {
-                        return Ok(HoldOutcome::SoldOut);
-                    }
-                    tx.commit().await?;
-                    true
-                }
-            }
-        });
-        if claimed {
-            return Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms }));
-        }
-        let row = self.booking(event, &adm.code).await?;
-        Ok(unclaimed(row, adm))
-    }
-
     /// The one clock for holds (DESIGN "One clock for holds"): PostgreSQL's own clock, shared by
     /// every `serve`; for SQLite the host's clock, which is the database's clock (SQLite runs in
     /// the process) and is shared by every `serve` that can open the file.

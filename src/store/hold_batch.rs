@@ -1,13 +1,23 @@
-//! Many request-path writes in one transaction. Each booking runs exactly the statements of
-//! [`Store::hold`] inside a SAVEPOINT of its own (both SQLite and PostgreSQL have them), so a
-//! booking the database refuses is rolled back alone while the rest of the batch commits, and every
-//! caller gets the outcome it would have had alone. One commit then covers the whole batch.
+//! The request path's write, `hold`, defined once per dialect and used for one booking
+//! ([`Store::hold`]) and for a batch ([`Store::hold_batch`], the persister's writers) alike.
+//!
+//! - PostgreSQL: the server-side function `seatrush_hold` (migrations/postgres/0002_hold_batch.sql)
+//!   over arrays of bookings: one round trip per batch, each counter written once per batch. The
+//!   batch writer used to send a SAVEPOINT, the upsert, two counter updates and a RELEASE per
+//!   booking, each a loopback round trip (issue 10: a quarter of SQLite's admitted/s).
+//! - SQLite: the statements in [`sqlite_sql`], run through sqlx here and by the direct writer
+//!   (`sqlite_batch.rs`), each booking in a SAVEPOINT of its own.
+//!
+//! Either way a booking the database refuses is rolled back alone while the rest of the batch
+//! commits, every booking gets the outcome it would have had alone, and one commit covers the
+//! batch. The hold runs from the write, by the database's clock.
 
-use super::bookings::{to_row, unclaimed, RowTuple, COUNT_EVENT, COUNT_LEVEL, ROW_COLUMNS, UPSERT};
-use super::{on_pool, HoldOutcome, Store, StoreError};
-use crate::domain::event::EventId;
+use super::bookings::{to_row, unclaimed, BookingRow, RowTuple};
+use super::{HoldOutcome, Store, StoreError};
 use crate::domain::admission::{Admission, Seat};
-use sqlx::Acquire;
+use crate::domain::code::CodeHash;
+use crate::domain::event::EventId;
+use sqlx::{Acquire, PgPool, SqlitePool};
 
 /// One request-path write, as [`Store::hold`] takes it.
 #[derive(Clone, Debug)]
@@ -18,75 +28,152 @@ pub struct HoldItem {
     pub hold_ms: i64,
 }
 
+pub(super) type Outcomes = Vec<Result<HoldOutcome, StoreError>>;
+
+/// SQLite's `hold`, statement by statement, for sqlx and rusqlite alike ($N placeholders work in both).
+pub(super) mod sqlite_sql {
+    /// Touches the counter rows first so the transaction's first statement writes: SQLite takes
+    /// its write lock up front instead of failing a lock upgrade.
+    pub const LOCK_LEVEL: &str = "UPDATE levels SET taken = taken WHERE event_id = $1 AND name = $2";
+    pub const LOCK_EVENT: &str = "UPDATE events SET taken = taken WHERE id = $1";
+    /// Claims the row, bound with state `held`: the arbiter's upsert, shared with the reaper.
+    pub(in crate::store) use crate::store::bookings::UPSERT;
+    /// The row that stopped the upsert.
+    pub const SELECT_ROW: &str = "SELECT code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms FROM bookings WHERE event_id = $1 AND code_hash = $2";
+    /// Counts one more held seat against the level / the event, unless that would pass its cap.
+    pub const COUNT_LEVEL: &str = "UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap";
+    pub const COUNT_EVENT: &str = "UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats";
+}
+
+/// PostgreSQL's `hold`: every booking of the batch in one call (binds: arrays of events, codes,
+/// nonces, admission ids, slots, levels, admitted-at, hold lengths), one row back per booking.
+const POSTGRES_HOLD: &str = "SELECT outcome, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms
+     FROM seatrush_hold($1, $2, $3, $4, $5, $6, $7, $8)";
+
+/// The levels and events of a batch, sorted, each once: the order counter rows are locked in.
+pub(super) fn lock_order(items: &[HoldItem]) -> (Vec<(&str, &str)>, Vec<&str>) {
+    let mut levels: Vec<(&str, &str)> = items.iter().map(|i| (i.event.as_str(), i.admission.level.as_str())).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    let mut events: Vec<&str> = levels.iter().map(|(e, _)| *e).collect();
+    events.dedup();
+    (levels, events)
+}
+
 impl Store {
+    /// The request path's write: claim the row `held` for this admission and count it against the
+    /// level and the event, or report why the database refuses. The hold runs `hold_ms` from
+    /// this write, by the database's clock.
+    pub async fn hold(&self, event: &EventId, adm: &Admission, hold_ms: i64) -> Result<HoldOutcome, StoreError> {
+        let item = HoldItem { event: event.clone(), admission: adm.clone(), hold_ms };
+        let mut outcomes = self.hold_batch(std::slice::from_ref(&item)).await?;
+        assert_eq!(outcomes.len(), 1, "one outcome per booking");
+        outcomes.pop().expect("asserted above")
+    }
+
     /// The writes in order, one transaction; an item's own database error fails only that item,
     /// an error of the transaction fails them all (the outer `Err`).
-    pub async fn hold_batch(&self, items: &[HoldItem]) -> Result<Vec<Result<HoldOutcome, StoreError>>, StoreError> {
-        let select = format!("SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND code_hash = $2");
-        let now_ms = self.clock_ms().await?;
-        on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            // Row locks in one global order, levels (sorted) before events, as `hold` and
-            // `release` take them one booking at a time. Without this a batch that holds the
-            // event row while reaching for its next level deadlocks against a release (or another
-            // writer) holding that level and reaching for the event row (PostgreSQL; measured:
-            // 1 s deadlock timeouts turning whole batches into 503s with 4 writers).
-            let mut levels: Vec<(&str, &str)> = items.iter().map(|i| (i.event.as_str(), i.admission.level.as_str())).collect();
-            levels.sort_unstable();
-            levels.dedup();
-            for (event, level) in &levels {
-                sqlx::query("UPDATE levels SET taken = taken WHERE event_id = $1 AND name = $2").bind(*event).bind(*level).execute(&mut *tx).await?;
-            }
-            let mut events: Vec<&str> = levels.iter().map(|(e, _)| *e).collect();
-            events.dedup();
-            for event in &events {
-                sqlx::query("UPDATE events SET taken = taken WHERE id = $1").bind(*event).execute(&mut *tx).await?;
-            }
-            let mut outcomes = Vec::with_capacity(items.len());
-            for item in items {
-                let (event, adm) = (item.event.as_str(), &item.admission);
-                let mut booking = (&mut tx).begin().await?;
-                let upsert = sqlx::query(UPSERT)
-                    .bind(event).bind(adm.code.as_str()).bind(adm.nonce.as_str()).bind(&adm.id)
-                    .bind(adm.slot).bind(&adm.level).bind("held").bind(adm.admitted_ms).bind(now_ms + item.hold_ms).bind(now_ms)
-                    .execute(&mut *booking).await;
-                let outcome = match upsert {
-                    Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
-                        booking.rollback().await?;
-                        Ok(HoldOutcome::SeatTaken)
-                    }
-                    Err(e) => {
-                        booking.rollback().await?;
-                        Err(e.into())
-                    }
-                    Ok(done) if done.rows_affected() == 0 => {
-                        booking.rollback().await?;
-                        let row: Option<RowTuple> = sqlx::query_as(&select).bind(event).bind(adm.code.as_str()).fetch_optional(&mut *tx).await?;
-                        Ok(unclaimed(row.and_then(to_row), adm))
-                    }
-                    Ok(_) => {
-                        let level = sqlx::query(COUNT_LEVEL)
-                            .bind(event).bind(&adm.level).execute(&mut *booking).await?;
-                        let seats = if level.rows_affected() == 0 {
-                            None
-                        } else {
-                            Some(sqlx::query(COUNT_EVENT)
-                                .bind(event).execute(&mut *booking).await?.rows_affected())
-                        };
-                        match seats {
-                            None => { booking.rollback().await?; Ok(HoldOutcome::LevelFull) }
-                            Some(0) => { booking.rollback().await?; Ok(HoldOutcome::SoldOut) }
-                            Some(_) => {
-                                booking.commit().await?;
-                                Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms: now_ms + item.hold_ms }))
-                            }
-                        }
-                    }
-                };
-                outcomes.push(outcome);
-            }
-            tx.commit().await?;
-            Ok(outcomes)
-        })
+    pub async fn hold_batch(&self, items: &[HoldItem]) -> Result<Outcomes, StoreError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self {
+            Store::Postgres(pool) => hold_postgres(pool, items).await,
+            Store::Sqlite(pool) => hold_sqlite(pool, items).await,
+        }
     }
+}
+
+type PostgresHoldRow = (String, Option<String>, Option<String>, Option<String>, Option<i64>, Option<String>, Option<String>, Option<i64>, Option<i64>);
+
+async fn hold_postgres(pool: &PgPool, items: &[HoldItem]) -> Result<Outcomes, StoreError> {
+    let events: Vec<&str> = items.iter().map(|i| i.event.as_str()).collect();
+    let codes: Vec<&str> = items.iter().map(|i| i.admission.code.as_str()).collect();
+    let nonces: Vec<&str> = items.iter().map(|i| i.admission.nonce.as_str()).collect();
+    let ids: Vec<&str> = items.iter().map(|i| i.admission.id.as_str()).collect();
+    let slots: Vec<i64> = items.iter().map(|i| i.admission.slot).collect();
+    let levels: Vec<&str> = items.iter().map(|i| i.admission.level.as_str()).collect();
+    let admitted: Vec<i64> = items.iter().map(|i| i.admission.admitted_ms).collect();
+    let hold: Vec<i64> = items.iter().map(|i| i.hold_ms).collect();
+    let rows: Vec<PostgresHoldRow> = sqlx::query_as(POSTGRES_HOLD)
+        .bind(events).bind(codes).bind(nonces).bind(ids).bind(slots).bind(levels).bind(admitted).bind(hold)
+        .fetch_all(pool)
+        .await?;
+    // The function answers each booking once, in order; anything else is a bug in it.
+    assert_eq!(rows.len(), items.len(), "seatrush_hold answers one row per booking");
+    Ok(rows.into_iter().zip(items).map(|(row, item)| postgres_outcome(row, &item.admission)).collect())
+}
+
+/// One row of `seatrush_hold` as the outcome `hold` gives; an unknown outcome is an error.
+fn postgres_outcome(row: PostgresHoldRow, adm: &Admission) -> Result<HoldOutcome, StoreError> {
+    let (outcome, code, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms) = row;
+    let found = || -> Option<BookingRow> {
+        Some(BookingRow {
+            code: CodeHash::from_hex(code.as_deref()?)?,
+            nonce: nonce.clone()?,
+            admission_id: admission_id.clone()?,
+            slot: slot?,
+            level: level.clone()?,
+            state: state.clone()?,
+            admitted_ms: admitted_ms?,
+            hold_until_ms: hold_until_ms?,
+        })
+    };
+    match outcome.as_str() {
+        "held" => {
+            let row = found().ok_or_else(|| StoreError::Batch("seatrush_hold: a held booking without its row".into()))?;
+            Ok(HoldOutcome::Held(row.seat()))
+        }
+        "unclaimed" => Ok(unclaimed(found(), adm)),
+        "seat_taken" => Ok(HoldOutcome::SeatTaken),
+        "level_full" => Ok(HoldOutcome::LevelFull),
+        "sold_out" => Ok(HoldOutcome::SoldOut),
+        "error" => Err(StoreError::Batch(format!("the database refused this booking: {}", state.unwrap_or_default()))),
+        other => Err(StoreError::Batch(format!("seatrush_hold: unknown outcome {other:?}"))),
+    }
+}
+
+async fn hold_sqlite(pool: &SqlitePool, items: &[HoldItem]) -> Result<Outcomes, StoreError> {
+    use sqlite_sql::*;
+    let mut tx = pool.begin().await?;
+    let (levels, events) = lock_order(items);
+    for (event, level) in &levels {
+        sqlx::query(LOCK_LEVEL).bind(*event).bind(*level).execute(&mut *tx).await?;
+    }
+    for event in &events {
+        sqlx::query(LOCK_EVENT).bind(*event).execute(&mut *tx).await?;
+    }
+    // SQLite's clock is this host's (see `Store::clock_ms`), read once the write lock is ours.
+    let now_ms = crate::domain::event::now_ms();
+    let mut outcomes = Vec::with_capacity(items.len());
+    for item in items {
+        let (event, adm) = (item.event.as_str(), &item.admission);
+        let hold_until_ms = now_ms + item.hold_ms;
+        let mut booking = (&mut tx).begin().await?;
+        let upsert = sqlx::query(UPSERT)
+            .bind(event).bind(adm.code.as_str()).bind(adm.nonce.as_str()).bind(&adm.id)
+            .bind(adm.slot).bind(&adm.level).bind("held").bind(adm.admitted_ms).bind(hold_until_ms).bind(now_ms)
+            .execute(&mut *booking).await;
+        let outcome = match upsert {
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => Ok(HoldOutcome::SeatTaken),
+            Err(e) => Err(e.into()),
+            Ok(done) if done.rows_affected() == 0 => {
+                let row: Option<RowTuple> = sqlx::query_as(SELECT_ROW).bind(event).bind(adm.code.as_str()).fetch_optional(&mut *booking).await?;
+                Ok(unclaimed(row.and_then(to_row), adm))
+            }
+            Ok(_) if sqlx::query(COUNT_LEVEL).bind(event).bind(&adm.level).execute(&mut *booking).await?.rows_affected() == 0 => {
+                Ok(HoldOutcome::LevelFull)
+            }
+            Ok(_) if sqlx::query(COUNT_EVENT).bind(event).execute(&mut *booking).await?.rows_affected() == 0 => Ok(HoldOutcome::SoldOut),
+            Ok(_) => Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms })),
+        };
+        if matches!(outcome, Ok(HoldOutcome::Held(_))) {
+            booking.commit().await?;
+        } else {
+            booking.rollback().await?;
+        }
+        outcomes.push(outcome);
+    }
+    tx.commit().await?;
+    Ok(outcomes)
 }

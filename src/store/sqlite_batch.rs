@@ -2,11 +2,13 @@
 //! every SQLite statement on a worker thread and hands each one over through a channel, a futex
 //! wake each way; a booking is five statements, so under load the hand-overs, not SQLite, were
 //! the cost (profiled: most of the process's time in futex waits and context switches). Here a
-//! whole batch runs in one blocking call with cached prepared statements. The SQL and the order of
-//! checks are those of [`Store::hold`]; each booking sits in a SAVEPOINT of its own, so a refusal
-//! is rolled back alone and every caller gets the outcome `hold` would have given it.
+//! whole batch runs in one blocking call with cached prepared statements. The SQL is SQLite's one
+//! definition of `hold` (`hold_batch::sqlite_sql`) and the order of checks is that of
+//! [`super::Store::hold`]; each booking sits in a SAVEPOINT of its own, so a refusal is rolled back
+//! alone and every caller gets the outcome `hold` would have given it.
 
-use super::bookings::{to_row, unclaimed, RowTuple, COUNT_EVENT, COUNT_LEVEL, ROW_COLUMNS, UPSERT};
+use super::bookings::{to_row, unclaimed, RowTuple};
+use super::hold_batch::{sqlite_sql, Outcomes};
 use crate::domain::admission::Seat;
 use crate::domain::event::now_ms;
 use super::{HoldItem, HoldOutcome, StoreError};
@@ -21,8 +23,6 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 /// SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY, the codes sqlx reports as unique violations.
 const UNIQUE_CODES: [i32; 2] = [2067, 1555];
-
-type Outcomes = Vec<Result<HoldOutcome, StoreError>>;
 
 /// One SQLite connection used only for batched holds.
 #[derive(Clone)]
@@ -53,7 +53,7 @@ impl SqliteBatchWriter {
     }
 
     /// The writes in order, one transaction; see [`super::Store::hold_batch`] for the contract.
-    pub async fn hold_batch(&self, items: Vec<HoldItem>) -> Result<Outcomes, StoreError> {
+    pub async fn hold_batch(&self, items: Arc<Vec<HoldItem>>) -> Result<Outcomes, StoreError> {
         let conn = self.conn.clone();
         let written = tokio::task::spawn_blocking(move || {
             let mut conn = conn.lock().expect("a panic while writing is a bug");
@@ -85,13 +85,12 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
 
 fn write(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Outcomes> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let select = format!("SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND code_hash = $2");
     // SQLite's clock is this host's (see `Store::clock_ms`), read once the write lock is ours.
     let now_ms = now_ms();
     let mut outcomes = Vec::with_capacity(items.len());
     for item in items {
         tx.prepare_cached("SAVEPOINT booking")?.execute([])?;
-        let outcome = match hold_one(&tx, &select, item, now_ms) {
+        let outcome = match hold_one(&tx, item, now_ms) {
             Ok(None) => {
                 tx.prepare_cached("RELEASE booking")?.execute([])?;
                 let adm = &item.admission;
@@ -112,13 +111,13 @@ fn write(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Outcomes
 }
 
 /// `hold`'s statements for one booking: None when it is now held, else why not.
-fn hold_one(tx: &rusqlite::Transaction<'_>, select: &str, item: &HoldItem, now_ms: i64) -> rusqlite::Result<Option<HoldOutcome>> {
+fn hold_one(tx: &rusqlite::Transaction<'_>, item: &HoldItem, now_ms: i64) -> rusqlite::Result<Option<HoldOutcome>> {
     let (event, adm) = (item.event.as_str(), &item.admission);
-    let claimed = tx.prepare_cached(UPSERT)?.execute(params![
+    let claimed = tx.prepare_cached(sqlite_sql::UPSERT)?.execute(params![
         event, adm.code.as_str(), adm.nonce.as_str(), adm.id, adm.slot, adm.level, "held", adm.admitted_ms, now_ms + item.hold_ms, now_ms
     ])?;
     if claimed == 0 {
-        let row: Option<RowTuple> = match tx.prepare_cached(select)?.query_row(params![event, adm.code.as_str()], |r| {
+        let row: Option<RowTuple> = match tx.prepare_cached(sqlite_sql::SELECT_ROW)?.query_row(params![event, adm.code.as_str()], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?))
         }) {
             Ok(row) => Some(row),
@@ -127,10 +126,10 @@ fn hold_one(tx: &rusqlite::Transaction<'_>, select: &str, item: &HoldItem, now_m
         };
         return Ok(Some(unclaimed(row.and_then(to_row), adm)));
     }
-    let level = tx.prepare_cached(COUNT_LEVEL)?.execute(params![event, adm.level])?;
+    let level = tx.prepare_cached(sqlite_sql::COUNT_LEVEL)?.execute(params![event, adm.level])?;
     if level == 0 {
         return Ok(Some(HoldOutcome::LevelFull));
     }
-    let seats = tx.prepare_cached(COUNT_EVENT)?.execute(params![event])?;
+    let seats = tx.prepare_cached(sqlite_sql::COUNT_EVENT)?.execute(params![event])?;
     Ok((seats == 0).then_some(HoldOutcome::SoldOut))
 }
