@@ -32,8 +32,19 @@ run postgres-persist-batch-off --duration-s "$SECONDS_PER_RUN" --no-ceiling --ba
 run open-833 --rate 833 --connections 32 --duration-s 20 --no-ceiling
 run open-8330 --rate 8330 --connections 256 --duration-s 20 --no-ceiling
 
+# SQLite and PostgreSQL back to back in one command, so the machine's load hits both alike
+# (issue 10); each prints both sides and the ratio of admitted/s.
+compare() { # name, args...
+  local name=$1; shift
+  echo; echo "## $name: seatrush bench compare-backends $* (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
+  "$S" bench compare-backends --out-dir "$OUT/$name" "$@" 2>&1 | grep -a -v -E '^\S*\[2m|INFO' || echo "## $name FAILED (see above)"
+}
+compare compare-closed --rounds 2 --duration-s "$SECONDS_PER_RUN" --no-ceiling
+compare compare-open-833 --rate 833 --connections 32 --duration-s 20 --no-ceiling
+compare compare-open-8330 --rate 8330 --connections 256 --duration-s 20 --no-ceiling
+
 echo; echo "## strategies (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
 "$S" bench strategies --out-dir "$OUT/strategies"
 
-echo; echo "## one million codes: import, open, serve RSS"
-scripts/million.sh "$S" "$OUT/million"
+echo; echo "## one million codes: import, open, serve RSS, CPU per admission per process, profile of serve"
+PERF=${PERF-1} scripts/million.sh "$S" "$OUT/million"

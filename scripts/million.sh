@@ -30,6 +30,22 @@ for _ in $(seq 100); do curl -s "http://127.0.0.1:$HTTP/healthz" >/dev/null && b
 echo "serve RSS with 1,000,000 codes in memory: $(grep VmRSS /proc/$SERVE/status)"
 cpu() { awk '{printf "%.2f", ($14+$15)/100}' "/proc/$1/stat"; }
 before=("$(cpu $SERVE)" "$(cpu "${PIDS[0]}")" "$(cpu "${PIDS[1]}")")
-/usr/bin/time -f "load generator cpu: %U s user + %S s sys" "$S" bench --url "http://127.0.0.1:$HTTP" --codes 1000000 --duration-s 10 --out-dir "$OUT" 2>&1 | grep -a -E 'loop|latency|checks|cpu'
-echo "cpu during the run: serve $(echo "$(cpu $SERVE) - ${before[0]}" | bc) s, redis primary $(echo "$(cpu "${PIDS[0]}") - ${before[1]}" | bc) s, replica $(echo "$(cpu "${PIDS[1]}") - ${before[2]}" | bc) s"
+if [ -n "${PERF:-}" ]; then # PERF=1: a call-graph profile of serve for 5 s in the middle of the run
+  (sleep 3; perf record -F 499 -g -o "$OUT/serve.perf.data" -p "$SERVE" -- sleep 5 >/dev/null 2>&1) & PERFJOB=$!
+fi
+echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
+/usr/bin/time -o "$DIR/gen.time" -f "%U %S" "$S" bench --url "http://127.0.0.1:$HTTP" --codes 1000000 --duration-s 10 --out-dir "$OUT" 2>&1 | grep -a -E 'loop|latency|checks'
+echo "load after the run: $(cut -d' ' -f1-3 /proc/loadavg)"
+serve_s=$(echo "$(cpu $SERVE) - ${before[0]}" | bc); primary_s=$(echo "$(cpu "${PIDS[0]}") - ${before[1]}" | bc); replica_s=$(echo "$(cpu "${PIDS[1]}") - ${before[2]}" | bc)
+gen_s=$(awk '{print $1 + $2}' "$DIR/gen.time")
+admitted=$(python3 -c "import json; print(json.load(open('$OUT/report.json'))['admitted'])")
+echo "cpu during the run: serve $serve_s s, redis primary $primary_s s, replica $replica_s s, load generator $gen_s s; $admitted admitted"
+for pair in "serve $serve_s" "redis-primary $primary_s" "replica $replica_s" "load-generator $gen_s"; do
+  set -- $pair; echo "cpu per admission: $1 $(echo "scale=1; $2 * 1000000 / $admitted" | bc) us"
+done
+if [ -n "${PERF:-}" ]; then
+  wait "$PERFJOB" || true
+  perf report -i "$OUT/serve.perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -40 > "$OUT/serve.perf.top.txt" || true
+  echo "profile of serve: $OUT/serve.perf.data (top symbols in $OUT/serve.perf.top.txt)"
+fi
 echo "serve after the load: $(grep -E 'VmRSS' /proc/$SERVE/status), peak $(grep VmHWM /proc/$SERVE/status)"
