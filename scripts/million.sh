@@ -23,7 +23,12 @@ printf 'id = "bench"\ntotal_seats = 1000000\nhold_seconds = 3600\n[levels]\nA1 =
 "$S" event apply "$DIR/event.toml"
 start=$(date +%s.%N)
 /usr/bin/time -f "import: %e s" "$S" allowlist import --event bench "$DIR/codes.txt"
-/usr/bin/time -f "open: %e s" "$S" open --event bench
+# On a loaded machine a staging command can pass the Redis response timeout (2 s); open is safe
+# to run again (staged keys, then an atomic switch), so try it up to three times and say so.
+for attempt in 1 2 3; do
+  /usr/bin/time -f "open: %e s (attempt $attempt)" "$S" open --event bench && break
+  [ "$attempt" = 3 ] && exit 1
+done
 echo "import + open: $(echo "$(date +%s.%N) - $start" | bc) s"
 "$S" serve --listen "127.0.0.1:$HTTP" > "$DIR/serve.log" 2>&1 & SERVE=$!; PIDS+=($SERVE)
 for _ in $(seq 100); do curl -s "http://127.0.0.1:$HTTP/healthz" >/dev/null && break; sleep 0.1; done
