@@ -207,11 +207,17 @@ async fn write_batches(writer: BatchWriter, policy: PersistPolicy, receiver: Arc
             }
         };
         assert_eq!(outcomes.len(), replies.len(), "one outcome per booking of the batch");
-        if let Some(marks) = &marks {
-            marks.mark(&items, &outcomes).await;
-        }
-        for (reply, outcome) in replies.into_iter().zip(outcomes) {
-            let _ = reply.send(outcome);
-        }
+        // The marks and the answers ride a task of their own, so this writer starts on the next
+        // batch while Redis drops this one's pending entries (each caller still hears only after
+        // its own mark). Their number is bounded by the requests in flight, each waiting on its answer.
+        let marks = marks.clone();
+        tokio::spawn(async move {
+            if let Some(marks) = &marks {
+                marks.mark(&items, &outcomes).await;
+            }
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                let _ = reply.send(outcome);
+            }
+        });
     }
 }
