@@ -96,9 +96,9 @@ async fn compare_backends(connections: &Connections, args: &args::CompareArgs) -
     let mut admitted_per_s: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     let mut failed = Vec::new();
     for round in 1..=args.rounds.max(1) {
-        for backend in ["sqlite", "postgres"] {
+        for (backend, kind) in [("sqlite", args::Backend::Sqlite), ("postgres", args::Backend::Postgres)] {
             let mut run = args.load.clone();
-            run.backend = backend.to_owned();
+            run.backend = kind;
             run.out_dir = args.load.out_dir.join(format!("{backend}-{round}"));
             let report = load(connections, &run).await?;
             if !report.checks.passed {
