@@ -39,6 +39,8 @@ pub fn latency_histogram() -> Histogram<u64> {
 /// One connection's counts, merged into the run's.
 pub struct Tally {
     pub latency_us: Histogram<u64>,
+    /// Latency of the `503 retry` answers alone: how fast an overloaded server says "not now".
+    pub retry_latency_us: Histogram<u64>,
     /// kind -> answer status -> count
     pub by_kind: BTreeMap<Kind, BTreeMap<String, u64>>,
     pub unexpected: BTreeMap<Kind, u64>,
@@ -51,11 +53,12 @@ pub struct Tally {
 
 impl Tally {
     fn new() -> Self {
-        Self { latency_us: latency_histogram(), by_kind: BTreeMap::new(), unexpected: BTreeMap::new(), admitted_slots: Vec::new(), errors: 0, sent: 0 }
+        Self { latency_us: latency_histogram(), retry_latency_us: latency_histogram(), by_kind: BTreeMap::new(), unexpected: BTreeMap::new(), admitted_slots: Vec::new(), errors: 0, sent: 0 }
     }
 
     fn merge(&mut self, other: Tally) {
         self.latency_us.add(&other.latency_us).expect("same histogram bounds");
+        self.retry_latency_us.add(&other.retry_latency_us).expect("same histogram bounds");
         for (kind, statuses) in other.by_kind {
             let mine = self.by_kind.entry(kind).or_default();
             for (status, n) in statuses {
@@ -178,6 +181,9 @@ async fn connection(shared: Arc<Shared>, index: usize, mut conn: Connection) -> 
                 Reply { http: 0, status: "no_answer".into(), slot: None }
             }
         };
+        if reply.http == 503 {
+            tally.retry_latency_us.saturating_record(latency_us);
+        }
         if !planner.judge(&planned, &reply) {
             *tally.unexpected.entry(planned.kind).or_default() += 1;
         }

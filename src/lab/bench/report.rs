@@ -88,6 +88,9 @@ pub struct Report {
     pub admitted: u64,
     pub admitted_per_s: f64,
     pub latency_ms: Percentiles,
+    /// The `503 retry` answers alone (how many, and how fast).
+    pub retries: u64,
+    pub retry_latency_ms: Percentiles,
     pub by_kind: BTreeMap<&'static str, KindFigures>,
     pub timeline: Vec<SecondFigures>,
     pub checks: Checks,
@@ -166,6 +169,8 @@ pub fn build(facts: RunFacts, tally: &Tally, seconds: &[Second], elapsed: Durati
         admitted,
         admitted_per_s: admitted as f64 / secs,
         latency_ms: Percentiles::of_us(&tally.latency_us),
+        retries: tally.retry_latency_us.len(),
+        retry_latency_ms: Percentiles::of_us(&tally.retry_latency_us),
         by_kind,
         timeline,
         checks,
@@ -196,6 +201,10 @@ impl Report {
             l.p999,
             l.max
         );
+        if self.retries > 0 {
+            let r = &self.retry_latency_ms;
+            out.push_str(&format!("503 retry answers: {}, latency ms: p50 {:.2}  p99 {:.2}  max {:.2}\n", self.retries, r.p50, r.p99, r.max));
+        }
         for (kind, f) in &self.by_kind {
             out.push_str(&format!("  {kind:<13} {:>8} sent  {:?}{}\n", f.sent, f.answers, if f.unexpected > 0 { format!("  UNEXPECTED {}", f.unexpected) } else { String::new() }));
         }

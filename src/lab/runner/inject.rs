@@ -35,10 +35,13 @@ pub enum FaultKind {
     /// primary keeps taking writes no replica gets. The second cut ends with the primary killed,
     /// so Sentinel promotes the replica that never got them.
     Partition,
+    /// Operator commands while the crowd books, in turn: `open` re-run, `close` then `open`,
+    /// `reconcile --repair`; each under the event's operator lock, as an operator would run them.
+    Operator,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         Self::LostReplies,
         Self::KillServe,
         Self::StallReplica,
@@ -48,6 +51,7 @@ impl FaultKind {
         Self::DatabaseDown,
         Self::DatabaseSlow,
         Self::Partition,
+        Self::Operator,
     ];
 
     /// (first injection after, period, how long each lasts)
@@ -63,6 +67,7 @@ impl FaultKind {
             Self::DatabaseDown => (ms(900), ms(3_000), ms(800)),
             Self::DatabaseSlow => (ms(1_100), ms(6_000), SLOW_WRITE),
             Self::Partition => (ms(1_300), ms(3_500), ms(1_500)),
+            Self::Operator => (ms(800), ms(1_500), ms(0)),
         }
     }
 }
@@ -139,6 +144,27 @@ async fn inject(kind: FaultKind, topo: &Topology, round: usize) -> anyhow::Resul
         FaultKind::DatabaseSlow => topo.db.slow_down().await?,
         FaultKind::Partition if round == 1 => topo.failover(BeforeFailover::Partition(CUT_BEFORE_FAILOVER)).await?,
         FaultKind::Partition => topo.partition().await?,
+        FaultKind::Operator => operator_command(topo, round).await?,
+    }
+    Ok(())
+}
+
+/// One operator command on the run's event, the next in turn.
+async fn operator_command(topo: &Topology, round: usize) -> anyhow::Result<()> {
+    use crate::ops::{loader, reconcile};
+    let id = crate::domain::event::EventId::parse(super::EVENT)?;
+    let mut conn = topo.sale.link.check().await?;
+    match round % 3 {
+        0 => {
+            loader::open_event(&mut conn, &topo.store, &id).await?;
+        }
+        1 => {
+            loader::close_event(&mut conn, &topo.store, &id).await?;
+            loader::open_event(&mut conn, &topo.store, &id).await?;
+        }
+        _ => {
+            reconcile::reconcile(&topo.sale.link, &topo.store, &id, true).await?;
+        }
     }
     Ok(())
 }
@@ -147,7 +173,7 @@ async fn inject(kind: FaultKind, topo: &Topology, round: usize) -> anyhow::Resul
 pub async fn heal(kind: FaultKind, topo: &Topology) -> anyhow::Result<()> {
     match kind {
         FaultKind::LostReplies => topo.dial.set(0.0),
-        FaultKind::KillServe | FaultKind::Failover | FaultKind::FailoverAfterStall => {}
+        FaultKind::KillServe | FaultKind::Failover | FaultKind::FailoverAfterStall | FaultKind::Operator => {}
         FaultKind::StallReplica => {
             for node in topo.redis.lock().expect("redis lock").iter() {
                 node.resume();
