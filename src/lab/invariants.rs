@@ -56,11 +56,13 @@ pub async fn violations(conn: &mut MultiplexedConnection, store: &Store, event: 
         v.push(format!("no oversell: {held_and_free} seats are held in the database and free in Redis"));
     }
     if free_set.len() as i64 + seats.len() as i64 != spec.total_seats {
+        let lost: Vec<String> = (1..=spec.total_seats).filter(|s| !free_set.contains(s) && !seats.contains(s)).take(5).map(|s| s.to_string()).collect();
         v.push(format!(
-            "nothing leaks: {} free in Redis + {} held in the database != {} seats",
+            "nothing leaks: {} free in Redis + {} held in the database != {} seats (neither free nor held, e.g. seats {})",
             free_set.len(),
             seats.len(),
-            spec.total_seats
+            spec.total_seats,
+            lost.join(", ")
         ));
     }
     let unmatched = holders.iter().filter(|r| !records.contains_key(r.code.as_str())).count();

@@ -38,7 +38,7 @@ pub struct RunConfig {
     /// Fault kinds to inject (repeat the flag; several run at once); none = a clean run
     #[arg(long = "fault", value_enum)]
     pub faults: Vec<FaultKind>,
-    /// Every fault kind at once
+    /// Every fault kind at once (with --sqlite, every kind but database-down)
     #[arg(long)]
     pub all_faults: bool,
     /// Seats in the event
@@ -154,7 +154,9 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         );
     }
     let started = Instant::now();
-    let kinds: Vec<FaultKind> = if config.all_faults { FaultKind::ALL.to_vec() } else { config.faults.clone() };
+    // SQLite has no connections to refuse: database-down is a PostgreSQL fault.
+    let supported = |k: &FaultKind| !(config.sqlite && *k == FaultKind::DatabaseDown);
+    let kinds: Vec<FaultKind> = if config.all_faults { FaultKind::ALL.into_iter().filter(supported).collect() } else { config.faults.clone() };
     let codes: Vec<String> = (1..=config.candidates).map(|i| format!("RUN-{i:06}")).collect();
     let spec = spec(config.seats, config.hold_seconds);
     let options = TopologyOptions {
