@@ -118,9 +118,11 @@ impl Sale {
 
     /// The seat the database says this code holds, for a `409 already_admitted` (the code is
     /// the candidate's credential: a person who pressed again sees their seat).
+    /// Bounded by the persist deadline: a stalled database costs the seat in the answer, never
+    /// the answer.
     async fn current_seat(&self, view: &EventView, code: &CodeHash) -> Option<Booked> {
-        match self.store.booking(&view.id, code).await {
-            Ok(Some(row)) if row.holds_seat() => Some(row.seat()),
+        match tokio::time::timeout(self.settings.persist_deadline, self.store.booking(&view.id, code)).await {
+            Ok(Ok(Some(row))) if row.holds_seat() => Some(row.seat()),
             _ => None,
         }
     }
@@ -176,18 +178,23 @@ impl Sale {
     /// The seat, unless its payment window has already run out by the database's clock (a retry
     /// after a long outage): a candidate never gets a `201` whose hold is over.
     async fn unexpired(&self, seat: Booked) -> Result<Booked, Refusal> {
-        match self.persister.clock_ms().await {
-            Ok(now) if seat.hold_until_ms > now => Ok(seat),
-            Ok(_) => Err(Refusal::Retry("the hold ran out before the answer")),
-            Err(_) => Err(Refusal::Retry("database unavailable")),
+        match tokio::time::timeout(self.settings.persist_deadline, self.persister.clock_ms()).await {
+            Ok(Ok(now)) if seat.hold_until_ms > now => Ok(seat),
+            Ok(Ok(_)) => Err(Refusal::Retry("the hold ran out before the answer")),
+            Ok(Err(_)) | Err(_) => Err(Refusal::Retry("database unavailable")),
         }
     }
 
     /// Settles an admission that gets no seat from this request; if the database or Redis is
     /// down it stays pending and the reaper settles it.
+    /// Bounded by the persist deadline, so a stalled database never holds the answer: a settle cut
+    /// short leaves at most a claimed row or a pending entry, both of which the reaper finishes.
     async fn settle_or_leave(&self, view: &EventView, admission: &Admission, seat_held: bool) {
-        if let Err(e) = self.settle(&view.id, &view.keys, admission, seat_held).await {
-            tracing::debug!(event = %view.id, error = %e, "admission left pending for the reaper");
+        let settled = tokio::time::timeout(self.settings.persist_deadline, self.settle(&view.id, &view.keys, admission, seat_held)).await;
+        match settled {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::debug!(event = %view.id, error = %e, "admission left pending for the reaper"),
+            Err(_) => tracing::debug!(event = %view.id, "settle past the deadline; the reaper finishes it"),
         }
     }
 }
