@@ -18,7 +18,7 @@ pub enum BenchCommand {
     /// One hot event booked four ways: Lua script, WATCH/MULTI/EXEC, SET NX PX lock, PostgreSQL counter row
     Strategies(StrategiesArgs),
     /// The same load run on SQLite and on PostgreSQL, alternating, and the ratio of their admitted/s
-    CompareBackends(CompareArgs),
+    CompareBackends(Box<CompareArgs>),
 }
 
 #[derive(Args, Debug, Clone)]
