@@ -81,26 +81,6 @@ pub struct AdmittedBody {
     hold_until: String,
 }
 
-/// `409`: `level_full`, `sold_out`, or `already_admitted` with the seat this code holds now, so a
-/// person who pressed again sees their seat; each seat field is absent when the server does not
-/// know it. Documentation only: the body is written by the error type.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct ConflictBody {
-    /// `already_admitted`, `level_full` or `sold_out`.
-    #[schema(example = "already_admitted")]
-    status: String,
-    /// `already_admitted` only: the seat number this code holds.
-    #[schema(example = 17)]
-    slot: Option<i64>,
-    /// `already_admitted` only: the level of that seat.
-    #[schema(example = "B1")]
-    level: Option<String>,
-    /// `already_admitted` only: RFC 3339; unpaid holds are released then.
-    #[schema(example = "2027-03-01T09:15:00Z")]
-    hold_until: Option<String>,
-}
-
 /// `POST /api/events/{event}/bookings`
 #[utoipa::path(post, path = "/api/events/{event}/bookings", tag = "bookings",
     params(("event" = String, Path, description = "Event id: 1-64 of `a-z 0-9 -`", example = "demo", pattern = "^[a-z0-9-]{1,64}$", min_length = 1, max_length = 64)),
@@ -111,7 +91,7 @@ pub struct ConflictBody {
         (status = 400, description = "invalid_request: malformed JSON, a body over 4096 bytes, missing, over-long or non-string field, a code that does not normalise, a bad nonce, an unknown level", body = ErrorBody),
         (status = 403, description = "not_open, closed or not_registered", body = ErrorBody),
         (status = 404, description = "not_found: unknown or never opened event", body = ErrorBody),
-        (status = 409, description = "already_admitted (with the seat this code holds: `slot`, `level`, `hold_until`, each absent if unknown), level_full or sold_out", body = ConflictBody),
+        (status = 409, description = "already_admitted (with the seat this code holds: `slot`, `level`, `hold_until`, each absent if unknown), level_full or sold_out", body = ErrorBody),
         (status = 429, description = "rate_limited: this client address got too many not_registered answers or codes that do not normalise (setting `refusal-rate-per-minute`); a valid attempt is never limited", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds until this address may be refused again"))),
         (status = 503, description = "retry: Redis, the replica acknowledgement or the database could not finish; retry with the same nonce", body = ErrorBody,
