@@ -31,6 +31,11 @@ run postgres --duration-s "$SECONDS_PER_RUN" --no-ceiling --backend postgres
 run postgres-persist-batch-off --duration-s "$SECONDS_PER_RUN" --no-ceiling --backend postgres --persist-batch-max 0
 run open-833 --rate 833 --connections 32 --duration-s 20 --no-ceiling
 run open-8330 --rate 8330 --connections 256 --duration-s 20 --no-ceiling
+# Availability under a crowd: 833 bookings/s alone, then with 20,000 availability polls/s beside
+# them (the default mix's proportions scaled to 833/s); compare booking p99 and Redis commands/s.
+run poll-baseline --rate 833 --connections 64 --duration-s 20 --no-ceiling
+run poll-20000 --rate 20833 --connections 256 --duration-s 20 --no-ceiling \
+  --mix poll=20000,fresh=716,retry=33,duplicate=33,unregistered=25,bot=25
 
 # SQLite and PostgreSQL back to back in one command, so the machine's load hits both alike
 # (issue 10); each prints both sides and the ratio of admitted/s.

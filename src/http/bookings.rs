@@ -1,11 +1,11 @@
-//! `POST /api/events/{event}/bookings` (the edge of the admit path: JSON, honeypot, shape) and
-//! `GET /api/events/{event}` (public availability).
+//! `POST /api/events/{event}/bookings`: the edge of the admit path (JSON, honeypot, shape, and
+//! the rate limit on answers that tell a guesser something about codes).
 
 use super::error::{ApiError, ErrorBody};
-use super::AppState;
+use super::refusal_limit::retry_after_seconds;
+use super::{AppState, ClientAddr};
 use crate::sale::answer::AnswerStatus;
-use crate::sale::booking::{Booked, BookingRequest};
-use crate::sale::catalog::EventView;
+use crate::sale::booking::{Booked, BookingRequest, Refusal};
 use crate::domain::code::NormalisedCode;
 use crate::domain::event::{now_ms, rfc3339_ms, EventId};
 use crate::domain::nonce::Nonce;
@@ -16,9 +16,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 use utoipa::ToSchema;
 
@@ -28,24 +27,44 @@ pub const BOOKING_BODY_BYTES_MAX: usize = 4096;
 /// Longest raw string accepted in a field before normalisation.
 const FIELD_CHARS_MAX: usize = 256;
 
-/// The body the page sends. Documentation only: the handler reads the fields by hand, because the
-/// honeypot must be answered before any of them is checked.
-#[derive(ToSchema)]
+/// The body a person's page sends. Documentation only: the handler reads the fields by hand,
+/// because the honeypot must be answered before any of them is checked.
+#[derive(ToSchema, Deserialize)]
 #[allow(dead_code)]
 pub struct BookingBody {
-    /// Registration code; trimmed and uppercased, then 4-64 of `A-Z 0-9 -`.
-    #[schema(example = "DEMO-0001")]
+    /// Registration code as typed: surrounding whitespace is trimmed and letters uppercased, then
+    /// it must be 4-64 of `A-Z 0-9 -` (the pattern allows what normalises to that).
+    #[schema(example = "DEMO-0001", pattern = "^\\s*[A-Za-z0-9-]{4,64}\\s*$", min_length = 4, max_length = 256)]
     code: String,
-    /// A level of the event.
-    #[schema(example = "B1")]
+    /// A level of the event (`GET /api/events/{event}` lists them); an unknown one is a 400.
+    #[schema(example = "B1", pattern = "^[A-Za-z0-9_-]{1,32}$", min_length = 1, max_length = 32)]
     level: String,
-    /// Chosen by the client per booking attempt and sent again on every retry of it:
-    /// 8-64 of `A-Z a-z 0-9 _ -`.
-    #[schema(example = "3f2a9c1e-7d4b-4c2e-9a51-0b8d6e2f4a10")]
+    /// Chosen by the client per booking attempt and sent again on every retry of it.
+    #[schema(example = "3f2a9c1e-7d4b-4c2e-9a51-0b8d6e2f4a10", pattern = "^[A-Za-z0-9_-]{8,64}$", min_length = 8, max_length = 64)]
     nonce: String,
-    /// The honeypot: hidden from people, left empty by them. Filled → a fake 201, nothing written.
-    #[schema(example = "")]
+    /// The honeypot, hidden from people: they leave it empty (or send nothing, or null).
+    #[schema(example = "", max_length = 0)]
     website: Option<String>,
+}
+
+/// What a bot that fills every input sends: any non-empty `website` string. The answer is a fake
+/// `201` of the normal shape with a plausible seat, whatever the other fields hold (they are not
+/// checked, so the bot learns nothing); nothing is admitted, written or logged.
+#[derive(ToSchema, Deserialize)]
+#[allow(dead_code)]
+pub struct HoneypotBody {
+    #[schema(example = "https://spam.example", min_length = 1)]
+    website: String,
+}
+
+/// `POST /api/events/{event}/bookings` takes either; the two cannot both match (`website` empty
+/// or absent, or not).
+#[derive(ToSchema, Deserialize)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum BookingRequestBody {
+    Person(BookingBody),
+    Bot(HoneypotBody),
 }
 
 /// `201`: the seat is held until `hold_until`.
@@ -64,23 +83,34 @@ pub struct AdmittedBody {
 
 /// `POST /api/events/{event}/bookings`
 #[utoipa::path(post, path = "/api/events/{event}/bookings", tag = "bookings",
-    params(("event" = String, Path, description = "Event id")),
-    request_body(content = BookingBody, content_type = "application/json"),
+    params(("event" = String, Path, description = "Event id: 1-64 of `a-z 0-9 -`", example = "demo", pattern = "^[a-z0-9-]{1,64}$", min_length = 1, max_length = 64)),
+    request_body(content = BookingRequestBody, content_type = "application/json",
+        description = "A person's booking, or what a bot sends: any non-empty `website` string is answered with a fake 201 before anything else is checked."),
     responses(
         (status = 201, description = "admitted (a same-nonce retry gets the same body); also the honeypot's fake answer", body = AdmittedBody),
-        (status = 400, description = "invalid_request: malformed JSON, a body over 4096 bytes, missing or over-long field, bad code or nonce, unknown level", body = ErrorBody),
+        (status = 400, description = "invalid_request: malformed JSON, a body over 4096 bytes, missing, over-long or non-string field, a code that does not normalise, a bad nonce, an unknown level", body = ErrorBody),
         (status = 403, description = "not_open, closed or not_registered", body = ErrorBody),
         (status = 404, description = "not_found: unknown or never opened event", body = ErrorBody),
-        (status = 409, description = "already_admitted, level_full or sold_out", body = ErrorBody),
+        (status = 409, description = "already_admitted (with the seat this code holds: `slot`, `level`, `hold_until`, each absent if unknown), level_full or sold_out", body = ErrorBody),
+        (status = 429, description = "rate_limited: this client address got too many not_registered answers or codes that do not normalise (setting `refusal-rate-per-minute`); a valid attempt is never limited", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds until this address may be refused again"))),
         (status = 503, description = "retry: Redis, the replica acknowledgement or the database could not finish; retry with the same nonce", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn create(State(app): State<AppState>, Path(event): Path<String>, body: Result<Bytes, BytesRejection>) -> Response {
+pub async fn create(State(app): State<AppState>, client: ClientAddr, Path(event): Path<String>, body: Result<Bytes, BytesRejection>) -> Response {
     let started = Instant::now();
     let stats = &app.sale.stats;
     let result = match body {
         Ok(body) => book(&app, &event, &body).await,
-        Err(rejection) => Err(unreadable_body(&rejection)),
+        Err(rejection) => Err(unreadable_body(&rejection).into()),
+    };
+    let result = match result {
+        Ok(answer) => Ok(answer),
+        Err(refused) if refused.about_code => match app.edge.refusals.check(client.0) {
+            Ok(()) => Err(refused.error),
+            Err(wait) => Err(ApiError::RateLimited(retry_after_seconds(wait))),
+        },
+        Err(refused) => Err(refused.error),
     };
     let answer = match &result {
         Ok(Answer::Booked(_)) => Some(AnswerStatus::Admitted),
@@ -94,6 +124,9 @@ pub async fn create(State(app): State<AppState>, Path(event): Path<String>, body
         }
         None => Stats::bump(&stats.honeypot),
     }
+    if matches!(result, Ok(Answer::Booked(_))) {
+        app.edge.admitted_peak.record(now_ms());
+    }
     match result {
         Ok(Answer::Booked(booked) | Answer::Honeypot(booked)) => created(&booked),
         Err(err) => err.into_response(),
@@ -103,6 +136,19 @@ pub async fn create(State(app): State<AppState>, Path(event): Path<String>, body
 enum Answer {
     Booked(Booked),
     Honeypot(Booked),
+}
+
+/// A refusal, and whether it tells a guesser something about codes (DESIGN "Rate limit":
+/// `not_registered`, or a code that does not normalise), which the per-address limit counts.
+struct Refused {
+    error: ApiError,
+    about_code: bool,
+}
+
+impl From<ApiError> for Refused {
+    fn from(error: ApiError) -> Self {
+        Self { error, about_code: false }
+    }
 }
 
 fn created(b: &Booked) -> Response {
@@ -121,40 +167,46 @@ fn unreadable_body(rejection: &BytesRejection) -> ApiError {
     }
 }
 
-async fn book(app: &AppState, event: &str, body: &[u8]) -> Result<Answer, ApiError> {
+async fn book(app: &AppState, event: &str, body: &[u8]) -> Result<Answer, Refused> {
     let fields: Map<String, Value> = match serde_json::from_slice(body) {
         Ok(Value::Object(map)) => map,
-        Ok(_) => return Err(ApiError::InvalidRequest("body must be a JSON object".into())),
-        Err(_) => return Err(ApiError::InvalidRequest("malformed JSON".into())),
+        Ok(_) => return Err(ApiError::InvalidRequest("body must be a JSON object".into()).into()),
+        Err(_) => return Err(ApiError::InvalidRequest("malformed JSON".into()).into()),
     };
-    if is_honeypot(&fields) {
-        return Ok(Answer::Honeypot(fake_admission(app, event, &fields).await));
+    // An id that cannot name an event is a 404 even for a bot: it tells nothing about codes.
+    let event = EventId::parse(event).map_err(|_| ApiError::NotFound)?;
+    if is_honeypot(&fields)? {
+        return Ok(Answer::Honeypot(fake_admission(app, &event, &fields).await));
     }
-    let code = NormalisedCode::parse(field(&fields, "code")?).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    let code = NormalisedCode::parse(field(&fields, "code")?)
+        .map_err(|e| Refused { error: ApiError::InvalidRequest(e.to_string()), about_code: true })?;
     let level = field(&fields, "level")?.to_owned();
     let nonce = Nonce::parse(field(&fields, "nonce")?)
         .ok_or_else(|| ApiError::InvalidRequest("nonce must be 8-64 characters of A-Z, a-z, 0-9, '_' and '-'".into()))?;
-    let event = EventId::parse(event).map_err(|_| ApiError::NotFound)?;
     let request = BookingRequest { event, code: app.hasher.hash(&code), level, nonce };
-    Ok(Answer::Booked(app.sale.book(&request).await?))
+    match app.sale.book(&request).await {
+        Ok(booked) => Ok(Answer::Booked(booked)),
+        Err(refusal) => {
+            let about_code = matches!(refusal, Refusal::NotRegistered);
+            Err(Refused { error: refusal.into(), about_code })
+        }
+    }
 }
 
-/// The hidden `website` input: people never fill it, bots do.
-fn is_honeypot(fields: &Map<String, Value>) -> bool {
+/// The hidden `website` input: people leave it empty, bots fill it with some text. Anything but a
+/// string (or null) is a malformed body, as the API document says.
+fn is_honeypot(fields: &Map<String, Value>) -> Result<bool, ApiError> {
     match fields.get("website") {
-        None | Some(Value::Null) => false,
-        Some(Value::String(s)) => !s.is_empty(),
-        Some(_) => true,
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::String(s)) => Ok(!s.is_empty()),
+        Some(_) => Err(ApiError::InvalidRequest("website must be a string".into())),
     }
 }
 
 /// A success body of the normal shape with a plausible seat; nothing is read but the cached
 /// event, nothing is written, nothing is logged.
-async fn fake_admission(app: &AppState, event: &str, fields: &Map<String, Value>) -> Booked {
-    let view = match EventId::parse(event) {
-        Ok(id) => app.sale.catalog.get(&id).await.ok().flatten(),
-        Err(_) => None,
-    };
+async fn fake_admission(app: &AppState, event: &EventId, fields: &Map<String, Value>) -> Booked {
+    let view = app.sale.catalog.get(event).await.ok().flatten();
     let (seats, hold_seconds) = view.as_deref().map_or((100, 900), |v| (v.total_seats, v.hold_seconds));
     let level = match fields.get("level") {
         Some(Value::String(l)) if l.len() <= 32 => l.clone(),
@@ -170,64 +222,4 @@ fn field<'a>(fields: &'a Map<String, Value>, name: &str) -> Result<&'a str, ApiE
         Some(_) => Err(ApiError::InvalidRequest(format!("{name} must be a string"))),
         None => Err(ApiError::InvalidRequest(format!("{name} is missing"))),
     }
-}
-
-/// `GET /api/events/{event}`: seats neither held nor paid, overall and per level.
-#[derive(Serialize, ToSchema)]
-pub struct Availability {
-    #[schema(example = "spring-exam")]
-    pub id: String,
-    /// `open`, `closed` or `not_open`.
-    #[schema(example = "open")]
-    pub state: &'static str,
-    pub total_seats: i64,
-    /// Seats neither held nor paid.
-    pub remaining: i64,
-    pub levels: BTreeMap<String, LevelAvailability>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct LevelAvailability {
-    pub cap: i64,
-    /// What the level can still admit: its cap less its admissions, at most the event's free seats.
-    pub remaining: i64,
-}
-
-/// `GET /api/events/{event}`
-#[utoipa::path(get, path = "/api/events/{event}", tag = "bookings",
-    params(("event" = String, Path, description = "Event id")),
-    responses(
-        (status = 200, description = "Seats left, overall and per level", body = Availability),
-        (status = 404, description = "not_found: unknown or never opened event", body = ErrorBody),
-        (status = 503, description = "retry: Redis unavailable", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-    ))]
-pub async fn availability(State(app): State<AppState>, Path(event): Path<String>) -> Result<Json<Availability>, ApiError> {
-    let id = EventId::parse(&event).map_err(|_| ApiError::NotFound)?;
-    let view = app.sale.event(&id).await?;
-    let (free, taken) = counts(&app, &view).await.map_err(|_| ApiError::Retry("redis unavailable"))?;
-    Ok(Json(availability_of(&view, free, &taken)))
-}
-
-/// Shared with the operator dashboard, so both pages count "remaining" the same way.
-pub fn availability_of(view: &EventView, free: i64, taken: &HashMap<String, i64>) -> Availability {
-    let levels = view
-        .levels
-        .iter()
-        .map(|(level, cap)| {
-            let used = taken.get(level.as_str()).copied().unwrap_or(0);
-            (level.to_string(), LevelAvailability { cap: *cap, remaining: (cap - used).clamp(0, free) })
-        })
-        .collect();
-    Availability { id: view.id.to_string(), state: view.window(now_ms()).as_str(), total_seats: view.total_seats, remaining: free, levels }
-}
-
-/// Free seats and per-level admissions, in one round trip.
-pub async fn counts(app: &AppState, view: &EventView) -> redis::RedisResult<(i64, HashMap<String, i64>)> {
-    let mut conn = app.sale.link.shared().await?;
-    let result = redis::pipe().zcard(&view.keys.free).hgetall(&view.keys.taken).query_async(&mut conn).await;
-    if let Err(e) = &result {
-        app.sale.link.report(e).await;
-    }
-    result
 }

@@ -72,6 +72,9 @@ pub enum ApiError {
     #[error("released")]
     Released,
     /// [`AnswerStatus::Retry`], with what could not finish (logged, not sent).
+    /// [`AnswerStatus::RateLimited`], with the seconds for `Retry-After`.
+    #[error("rate limited")]
+    RateLimited(u64),
     #[error("retry: {0}")]
     Retry(&'static str),
     /// [`AnswerStatus::InternalError`].
@@ -93,6 +96,7 @@ impl ApiError {
             ApiError::LevelFull => AnswerStatus::LevelFull,
             ApiError::SoldOut => AnswerStatus::SoldOut,
             ApiError::Released => AnswerStatus::Released,
+            ApiError::RateLimited(_) => AnswerStatus::RateLimited,
             ApiError::Retry(_) => AnswerStatus::Retry,
             ApiError::Internal(_) => AnswerStatus::InternalError,
         }
@@ -147,8 +151,14 @@ impl IntoResponse for ApiError {
             hold_until: seat.map(|s| rfc3339_ms(s.hold_until_ms)),
         };
         let mut response = (self.status_code(), Json(body)).into_response();
-        if let ApiError::Retry(_) = self {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        match self {
+            ApiError::Retry(_) => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+            }
+            ApiError::RateLimited(seconds) => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            _ => {}
         }
         if let ApiError::Unauthorized = self {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

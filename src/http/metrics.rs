@@ -30,6 +30,8 @@ fn family_help(family: &str) -> Option<&'static str> {
         "paid_total" => "Bookings marked paid.",
         "cancelled_total" => "Bookings cancelled by an operator.",
         "shed_total" => "Requests answered 503 at once because too many were in flight in this process.",
+        "availability_answers_total" => "Availability (GET /api/events/{event}) answers by HTTP status.",
+        "availability_refreshes_total" => "Availability snapshots read from Redis; at most one per event per second per process.",
         _ => return None,
     })
 }

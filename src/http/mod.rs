@@ -10,6 +10,7 @@
 //! load-shed over its concurrency limit), so a stalled database parks a bounded number of
 //! handlers and every other client gets a fast answer.
 
+pub mod availability;
 pub mod bookings;
 pub mod error;
 pub mod metrics;
@@ -17,16 +18,22 @@ pub mod openapi;
 pub mod operator;
 pub mod dashboard;
 mod page;
+pub mod refusal_limit;
 
 use crate::domain::code::CodeHasher;
 use crate::sale::Sale;
 use secrecy::SecretString;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, State};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
+use ipnet::IpNet;
+use refusal_limit::RefusalLimiter;
 use serde::Serialize;
+use std::convert::Infallible;
 use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use utoipa::{OpenApi, ToSchema};
@@ -44,6 +51,56 @@ pub struct AppState {
     pub operator_token: Option<SecretString>,
     /// Requests handled at once; one more is answered `503 retry` without waiting.
     pub in_flight_max: usize,
+    pub edge: Arc<Edge>,
+}
+
+/// Settings of the HTTP edge (`serve` and `demo` flags).
+#[derive(Clone, Debug)]
+pub struct EdgeSettings {
+    /// Code-revealing refusals a client address may get per minute before `429`; 0 = no limit.
+    pub refusal_rate_per_minute: u32,
+    /// Proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+impl Default for EdgeSettings {
+    fn default() -> Self {
+        Self { refusal_rate_per_minute: 30, trusted_proxies: Vec::new() }
+    }
+}
+
+/// What the edge keeps per process: the refusal limiter, the availability snapshots, the peak
+/// admission rate the dashboard shows.
+pub struct Edge {
+    pub settings: EdgeSettings,
+    pub refusals: RefusalLimiter,
+    pub availability: availability::AvailabilityCache,
+    pub admitted_peak: dashboard::PeakRate,
+}
+
+impl Edge {
+    pub fn new(settings: EdgeSettings) -> Arc<Self> {
+        Arc::new(Self {
+            refusals: RefusalLimiter::new(settings.refusal_rate_per_minute),
+            availability: Default::default(),
+            admitted_peak: Default::default(),
+            settings,
+        })
+    }
+}
+
+/// The client's address as DESIGN defines it (peer, or `X-Forwarded-For` from a trusted proxy).
+pub struct ClientAddr(pub IpAddr);
+
+impl FromRequestParts<AppState> for ClientAddr {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
+        // Without connection info (a router driven in-process), every request is one client.
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
+        let forwarded: Vec<&str> = parts.headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok()).collect();
+        Ok(ClientAddr(refusal_limit::client_address(peer, &forwarded, &app.edge.settings.trusted_proxies)))
+    }
 }
 
 /// The documented routes, with the document they build.
@@ -51,7 +108,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(healthz))
         .routes(routes!(metrics::metrics))
-        .routes(routes!(bookings::availability))
+        .routes(routes!(availability::availability))
         .routes(routes!(bookings::create).layer(DefaultBodyLimit::max(bookings::BOOKING_BODY_BYTES_MAX)))
         .routes(routes!(operator::pay))
         .routes(routes!(operator::cancel))
@@ -122,5 +179,5 @@ async fn healthz(State(app): State<AppState>) -> (StatusCode, Json<Health>) {
 
 /// Serves until `shutdown` resolves, then finishes the requests in flight.
 pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, router(state).into_make_service_with_connect_info::<SocketAddr>()).with_graceful_shutdown(shutdown).await
 }

@@ -47,8 +47,8 @@ mod tests {
         let (_, api) = api_router().split_for_parts();
         let doc = serde_json::to_value(&api).unwrap();
         let bookings = "/api/events/{event}/bookings";
-        assert_eq!(statuses(&doc, bookings, "post"), set(&["201", "400", "403", "404", "409", "503"]));
-        assert_eq!(statuses(&doc, "/api/events/{event}", "get"), set(&["200", "404", "503"]));
+        assert_eq!(statuses(&doc, bookings, "post"), set(&["201", "400", "403", "404", "409", "429", "503"]));
+        assert_eq!(statuses(&doc, "/api/events/{event}", "get"), set(&["200", "304", "404", "503"]));
         // 400 too: the code in the path is normalised like a booking's and can fail to.
         for action in ["payment", "cancel"] {
             let path = format!("/api/events/{{event}}/bookings/{{code}}/{action}");

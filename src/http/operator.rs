@@ -57,7 +57,10 @@ fn booking_json(row: &BookingRow) -> Json<BookingState> {
 /// `POST /api/events/{event}/bookings/{code}/payment`
 #[utoipa::path(post, path = "/api/events/{event}/bookings/{code}/payment", tag = "operator",
     security(("operator_token" = [])),
-    params(("event" = String, Path, description = "Event id"), ("code" = String, Path, description = "Registration code (normalised like a booking's)")),
+    params(
+        ("event" = String, Path, description = "Event id: 1-64 of `a-z 0-9 -`", example = "demo", pattern = "^[a-z0-9-]{1,64}$", min_length = 1, max_length = 64),
+        ("code" = String, Path, description = "Registration code, normalised like a booking's (trimmed, uppercased, then 4-64 of `A-Z 0-9 -`)", example = "DEMO-0001", pattern = "^[A-Za-z0-9-]{4,64}$", min_length = 4, max_length = 64),
+    ),
     responses(
         (status = 200, description = "The booking is paid", body = BookingState),
         (status = 400, description = "invalid_request: the code does not normalise", body = ErrorBody),
@@ -76,7 +79,10 @@ pub async fn pay(State(app): State<AppState>, headers: HeaderMap, Path((event, c
 /// `POST /api/events/{event}/bookings/{code}/cancel`
 #[utoipa::path(post, path = "/api/events/{event}/bookings/{code}/cancel", tag = "operator",
     security(("operator_token" = [])),
-    params(("event" = String, Path, description = "Event id"), ("code" = String, Path, description = "Registration code (normalised like a booking's)")),
+    params(
+        ("event" = String, Path, description = "Event id: 1-64 of `a-z 0-9 -`", example = "demo", pattern = "^[a-z0-9-]{1,64}$", min_length = 1, max_length = 64),
+        ("code" = String, Path, description = "Registration code, normalised like a booking's (trimmed, uppercased, then 4-64 of `A-Z 0-9 -`)", example = "DEMO-0001", pattern = "^[A-Za-z0-9-]{4,64}$", min_length = 4, max_length = 64),
+    ),
     responses(
         (status = 200, description = "The booking is released; its seat is free again", body = BookingState),
         (status = 400, description = "invalid_request: the code does not normalise", body = ErrorBody),

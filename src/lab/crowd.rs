@@ -35,10 +35,15 @@ pub struct Outcome {
     pub tries: usize,
 }
 
-/// Counts of final answers by `status` string, plus retries.
+/// Counts of final answers by `status` string, plus retries. Honeypot bots are counted apart:
+/// their `201`s are fake (nothing is booked), and summed with the people's they read as an
+/// oversell.
 #[derive(Clone, Debug, Default)]
 pub struct Tally {
+    /// People's final answers.
     pub by_status: BTreeMap<String, usize>,
+    /// Bots' final answers (the honeypot answers them `admitted`, falsely).
+    pub bots: BTreeMap<String, usize>,
     pub retries: usize,
     pub gave_up: usize,
 }
@@ -48,13 +53,22 @@ impl Tally {
         let mut t = Tally::default();
         for o in outcomes {
             let key = o.body.get("status").and_then(|s| s.as_str()).unwrap_or("no_answer").to_owned();
-            *t.by_status.entry(key).or_default() += 1;
+            let counts = if o.candidate.bot { &mut t.bots } else { &mut t.by_status };
+            *counts.entry(key).or_default() += 1;
             t.retries += o.tries.saturating_sub(1);
             if o.status == 0 || o.status == 503 {
                 t.gave_up += 1;
             }
         }
         t
+    }
+
+    /// One line for a person: what the people got, then the bots apart.
+    pub fn summary(&self) -> String {
+        let people: usize = self.by_status.values().sum();
+        let bots: usize = self.bots.values().sum();
+        let answers = self.by_status.iter().map(|(s, n)| format!("{s} {n}")).collect::<Vec<_>>().join(", ");
+        format!("{people} people: {answers}; {bots} honeypot bots (answered with fake 201s, nothing booked); {} retries", self.retries)
     }
 }
 
@@ -125,4 +139,22 @@ pub async fn attempt(client: &reqwest::Client, urls: &[String], first: usize, ca
         tokio::time::sleep(backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0)).await;
     }
     Outcome { candidate, nonce, status: last.0, body: last.1, tries }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(bot: bool, status: &str) -> Outcome {
+        let candidate = Candidate { code: "DEMO-0001".into(), level: "A1".into(), bot };
+        Outcome { candidate, nonce: "n".into(), status: 201, body: json!({ "status": status }), tries: 1 }
+    }
+
+    #[test]
+    fn bots_are_counted_apart_from_people() {
+        let tally = Tally::of(&[outcome(false, "admitted"), outcome(true, "admitted"), outcome(false, "sold_out")]);
+        assert_eq!(tally.by_status["admitted"], 1);
+        assert_eq!(tally.bots["admitted"], 1);
+        assert_eq!(tally.summary(), "2 people: admitted 1, sold_out 1; 1 honeypot bots (answered with fake 201s, nothing booked); 0 retries");
+    }
 }

@@ -75,7 +75,7 @@ pub async fn run(connections: &Connections, args: &DemoArgs) -> anyhow::Result<(
     let server = tokio::spawn(ops::run_until_shutdown(app, listener));
     if args.burst > 0 {
         let tally = burst(&url, &codes, args.burst).await;
-        println!("burst of {} candidates: {:?}, {} retries", args.burst, tally.by_status, tally.retries);
+        println!("burst of {} candidates: {}", args.burst, tally.summary());
         if args.exit_after_burst {
             drop((primary, replica));
             return Ok(());

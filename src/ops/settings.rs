@@ -74,9 +74,23 @@ pub struct ServeSettings {
     #[arg(long, env = "SEATRUSH_IN_FLIGHT_MAX", default_value_t = crate::http::IN_FLIGHT_MAX_DEFAULT,
         value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub in_flight_max: usize,
+    /// Answers that tell a guesser something about codes (403 not_registered, 400 for a code that
+    /// does not normalise) one client address may get per minute; past it they are 429
+    /// rate_limited with Retry-After. Valid attempts are never limited. 0 = no limit
+    #[arg(long, env = "SEATRUSH_REFUSAL_RATE_PER_MINUTE", default_value_t = 30)]
+    pub refusal_rate_per_minute: u32,
+    /// Proxies (addresses or CIDR blocks, comma-separated) whose X-Forwarded-For names the client;
+    /// from anyone else the header is ignored
+    #[arg(long, env = "SEATRUSH_TRUSTED_PROXIES", value_delimiter = ',', value_parser = crate::http::refusal_limit::parse_trusted_proxy)]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl ServeSettings {
+    /// The HTTP edge's part of the settings.
+    pub fn edge(&self) -> crate::http::EdgeSettings {
+        crate::http::EdgeSettings { refusal_rate_per_minute: self.refusal_rate_per_minute, trusted_proxies: self.trusted_proxies.clone() }
+    }
+
     /// What `serve` runs with when given no flags: the defaults, with any `SEATRUSH_*` twin set in
     /// the environment applied. For code that builds a server in-process (the tests).
     pub fn from_env() -> Result<Self, clap::Error> {

@@ -62,6 +62,10 @@ answer_statuses! {
     SoldOut = "sold_out", 409;
     /// The booking was released (hold expired or cancelled).
     Released = "released", 409;
+    /// Too many code-revealing refusals (`not_registered`, a code that does not normalise) from
+    /// this client address; `Retry-After` says when it may be refused again. Valid attempts are
+    /// never limited.
+    RateLimited = "rate_limited", 429;
     /// Redis or the database could not finish the request; retrying with the same nonce is safe.
     Retry = "retry", 503;
     /// A bug or an unexpected failure; logged, not echoed.

@@ -67,6 +67,9 @@ counters! {
     paid => paid_total: "bookings marked paid",
     cancelled => cancelled_total: "bookings cancelled by an operator",
     shed => shed_total: "requests answered 503 at once because too many were in flight in this process",
+    availability_answered => availability_answers_total { status = "200" }: "availability answers with a body",
+    availability_not_modified => availability_answers_total { status = "304" }: "availability answers 304: the poll's ETag still matched",
+    availability_refreshes => availability_refreshes_total: "availability snapshots read from Redis (at most one a second per event)",
 }
 
 impl Stats {

@@ -23,6 +23,7 @@ fn serve_env(app: &TestApp, crash_at: &str, probability: f64) -> Vec<(String, St
         ("SEATRUSH_CRASH_AT", crash_at.into()),
         ("SEATRUSH_CRASH_PROBABILITY", probability.to_string()),
         ("SEATRUSH_LOG", "warn".into()),
+        ("SEATRUSH_REFUSAL_RATE_PER_MINUTE", "0".into()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

@@ -44,6 +44,9 @@ async fn malformed_or_incomplete_bodies_are_400_with_a_detail() {
         json!({ "code": "CODE-00001", "level": "A1", "nonce": "short" }).to_string(),
         json!({ "code": "CODE-00001", "level": "ZZ", "nonce": nonce("n") }).to_string(),
         json!({ "code": 12345, "level": "A1", "nonce": nonce("n") }).to_string(),
+        // The honeypot is a string: anything else is malformed, not a bot to humour.
+        json!({ "website": {} }).to_string(),
+        json!({ "code": "CODE-00001", "level": "A1", "nonce": nonce("n"), "website": 7 }).to_string(),
         format!("{{\"code\":\"CODE-00001\",\"level\":\"A1\",\"nonce\":\"{}\",\"pad\":\"{}\"}}", nonce("n"), "x".repeat(5000)),
     ];
     for body in cases {

@@ -4,6 +4,7 @@
 use seatrush::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 use seatrush::domain::event::{EventId, EventSpec, LevelName};
 use seatrush::lab::redis_server::{RedisOptions, RedisServer};
+use seatrush::http::EdgeSettings;
 use seatrush::ops::settings::{Connections, ServeSettings};
 use seatrush::ops::{self, loader, Reaper};
 use seatrush::redis_io::keys::EventKeys;
@@ -43,6 +44,8 @@ pub struct AppOptions {
     pub open: bool,
     /// Requests the server handles at once before it sheds.
     pub in_flight_max: usize,
+    /// The HTTP edge's settings (refusal rate limit, trusted proxies): `serve`'s defaults.
+    pub edge: EdgeSettings,
 }
 
 impl Default for AppOptions {
@@ -61,6 +64,7 @@ impl Default for AppOptions {
             background_reaper: false,
             open: true,
             in_flight_max: seatrush::http::IN_FLIGHT_MAX_DEFAULT,
+            edge: EdgeSettings::default(),
         }
     }
 }
@@ -143,6 +147,8 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
     serve.reaper_interval_ms = 100;
     serve.commit_connections = 2;
     serve.in_flight_max = options.in_flight_max;
+    serve.refusal_rate_per_minute = options.edge.refusal_rate_per_minute;
+    serve.trusted_proxies = options.edge.trusted_proxies.clone();
     let state = ops::build_app(&connections, &serve).await.unwrap();
     let sale = state.sale.clone();
     drop(setup_store);

@@ -3,6 +3,7 @@
 
 mod admission;
 mod allowlist;
+mod availability;
 mod bench;
 mod crash;
 mod faults;
@@ -15,5 +16,6 @@ mod observability;
 mod operator;
 mod overload;
 mod persister;
+mod refusal_limit;
 mod scripts;
 mod secrecy;

@@ -1,5 +1,6 @@
 //! The operator dashboard: asks for the token, then draws the sale live.
 
+use crate::accessibility::assert_accessible;
 use crate::helpers::{nonce, spawn_app, AppOptions, EVENT, OPERATOR_TOKEN};
 use crate::pages::assert_nothing_loaded_from_elsewhere;
 use crate::webdriver::{Browser, Screen};
@@ -25,6 +26,7 @@ async fn the_dashboard_asks_for_the_token_and_draws_the_sale_as_it_runs() {
     browser.find("#token-form button").await.click().await;
     browser.wait_for_text("#login-error", "The token was refused").await;
     browser.screenshot("ops-1-token-refused").await;
+    assert_accessible(&browser, "ops: token refused").await;
 
     let token = browser.find("#token").await;
     token.clear().await;
@@ -53,4 +55,5 @@ async fn the_dashboard_asks_for_the_token_and_draws_the_sale_as_it_runs() {
     assert_eq!(series, 2, "admitted and retry lines");
     browser.wait_for_text("#events", &format!("{EVENT}: 12 of 40 seats left")).await;
     browser.screenshot("ops-2-live").await;
+    assert_accessible(&browser, "ops: live").await;
 }

@@ -6,7 +6,9 @@
 #[allow(dead_code)]
 mod helpers;
 
+mod accessibility;
 mod booking_page;
+mod crowd;
 mod dashboard;
 mod pages;
 mod webdriver;

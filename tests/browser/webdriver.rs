@@ -137,6 +137,27 @@ impl Browser {
         self.command(reqwest::Method::POST, "/execute/sync", Some(json!({ "script": script, "args": args }))).await
     }
 
+    /// Runs `script` (a function body whose last argument is a callback) and returns what it
+    /// passes to that callback: for promises, such as axe-core's.
+    pub async fn eval_async(&self, script: &str, args: Value) -> Value {
+        self.command(reqwest::Method::POST, "/execute/async", Some(json!({ "script": script, "args": args }))).await
+    }
+
+    /// A Chrome DevTools Protocol command, through chromedriver.
+    pub async fn cdp(&self, cmd: &str, params: Value) -> Value {
+        self.command(reqwest::Method::POST, "/goog/cdp/execute", Some(json!({ "cmd": cmd, "params": params }))).await
+    }
+
+    /// Runs `source` in every page this session opens from now on, before the page's own scripts.
+    pub async fn before_every_page(&self, source: &str) {
+        self.cdp("Page.addScriptToEvaluateOnNewDocument", json!({ "source": source })).await;
+    }
+
+    /// Reloads the page, as a person pressing reload.
+    pub async fn reload(&self) {
+        self.command(reqwest::Method::POST, "/refresh", Some(json!({}))).await;
+    }
+
     /// The first element matching `css`.
     pub async fn find(&self, css: &str) -> Element<'_> {
         let found = self.command(reqwest::Method::POST, "/element", Some(json!({ "using": "css selector", "value": css }))).await;

@@ -11,12 +11,13 @@ use std::time::Duration;
 /// Bound on one request, so a stalled server shows up as an error rather than a hung run.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Where the load goes: address, Host header, booking path.
+/// Where the load goes: address, Host header, booking path, availability path.
 #[derive(Clone, Debug)]
 pub struct Target {
     pub addr: SocketAddr,
     pub host: String,
     pub path: String,
+    pub availability_path: String,
 }
 
 impl Target {
@@ -25,7 +26,7 @@ impl Target {
         let host = url.strip_prefix("http://").ok_or_else(|| anyhow::anyhow!("--url must start with http:// (got {url:?})"))?;
         let host = host.trim_end_matches('/').to_owned();
         let addr = tokio::net::lookup_host(&host).await?.next().ok_or_else(|| anyhow::anyhow!("{host} does not resolve"))?;
-        Ok(Self { addr, host, path: format!("/api/events/{event}/bookings") })
+        Ok(Self { addr, host, path: format!("/api/events/{event}/bookings"), availability_path: format!("/api/events/{event}") })
     }
 }
 
@@ -57,7 +58,25 @@ impl Connection {
     /// POSTs a JSON body; the status and the whole response body, or an error (the connection is
     /// then dropped and the next call reconnects).
     pub async fn post(&mut self, target: &Target, body: String) -> anyhow::Result<(u16, Bytes)> {
-        let result = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(target, body)).await;
+        let request = hyper::Request::post(&target.path)
+            .header(HOST, &target.host)
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))?;
+        self.bounded(target, request).await.map(|(status, _, body)| (status, body))
+    }
+
+    /// GETs the availability answer, revalidating `etag` when given; the status, the answer's
+    /// `ETag` and its body.
+    pub async fn poll(&mut self, target: &Target, etag: Option<&str>) -> anyhow::Result<(u16, Option<String>, Bytes)> {
+        let mut request = hyper::Request::get(&target.availability_path).header(HOST, &target.host);
+        if let Some(tag) = etag {
+            request = request.header(hyper::header::IF_NONE_MATCH, tag);
+        }
+        self.bounded(target, request.body(Full::new(Bytes::new()))?).await
+    }
+
+    async fn bounded(&mut self, target: &Target, request: hyper::Request<Full<Bytes>>) -> anyhow::Result<(u16, Option<String>, Bytes)> {
+        let result = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(target, request)).await;
         match result {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => {
@@ -71,17 +90,14 @@ impl Connection {
         }
     }
 
-    async fn exchange(&mut self, target: &Target, body: String) -> anyhow::Result<(u16, Bytes)> {
-        let request = hyper::Request::post(&target.path)
-            .header(HOST, &target.host)
-            .header(CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)))?;
+    async fn exchange(&mut self, target: &Target, request: hyper::Request<Full<Bytes>>) -> anyhow::Result<(u16, Option<String>, Bytes)> {
         let sender = self.sender(target).await?;
         sender.ready().await?;
         let response = sender.send_request(request).await?;
         let status = response.status().as_u16();
+        let etag = response.headers().get(hyper::header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let body = response.into_body().collect().await?.to_bytes();
-        Ok((status, body))
+        Ok((status, etag, body))
     }
 }
 

@@ -38,9 +38,12 @@ pub fn latency_histogram() -> Histogram<u64> {
 
 /// One connection's counts, merged into the run's.
 pub struct Tally {
+    /// Booking requests (every kind but `poll`).
     pub latency_us: Histogram<u64>,
     /// Latency of the `503 retry` answers alone: how fast an overloaded server says "not now".
     pub retry_latency_us: Histogram<u64>,
+    /// Availability polls.
+    pub poll_latency_us: Histogram<u64>,
     /// kind -> answer status -> count
     pub by_kind: BTreeMap<Kind, BTreeMap<String, u64>>,
     pub unexpected: BTreeMap<Kind, u64>,
@@ -53,12 +56,22 @@ pub struct Tally {
 
 impl Tally {
     fn new() -> Self {
-        Self { latency_us: latency_histogram(), retry_latency_us: latency_histogram(), by_kind: BTreeMap::new(), unexpected: BTreeMap::new(), admitted_slots: Vec::new(), errors: 0, sent: 0 }
+        Self {
+            latency_us: latency_histogram(),
+            retry_latency_us: latency_histogram(),
+            poll_latency_us: latency_histogram(),
+            by_kind: BTreeMap::new(),
+            unexpected: BTreeMap::new(),
+            admitted_slots: Vec::new(),
+            errors: 0,
+            sent: 0,
+        }
     }
 
     fn merge(&mut self, other: Tally) {
         self.latency_us.add(&other.latency_us).expect("same histogram bounds");
         self.retry_latency_us.add(&other.retry_latency_us).expect("same histogram bounds");
+        self.poll_latency_us.add(&other.poll_latency_us).expect("same histogram bounds");
         for (kind, statuses) in other.by_kind {
             let mine = self.by_kind.entry(kind).or_default();
             for (status, n) in statuses {
@@ -156,6 +169,7 @@ async fn connection(shared: Arc<Shared>, index: usize, mut conn: Connection) -> 
     let spec = &shared.spec;
     let mut planner = Planner::new(spec.levels.clone());
     let mut tally = Tally::new();
+    let mut etag: Option<String> = None;
     let period = spec.rate.map(|rate| Duration::from_secs_f64(spec.connections as f64 / rate));
     let mut intended = period.map_or(Duration::ZERO, |p| p.mul_f64(index as f64 / spec.connections as f64));
     loop {
@@ -169,11 +183,23 @@ async fn connection(shared: Arc<Shared>, index: usize, mut conn: Connection) -> 
         }
         let planned = planner.next(&spec.mix, &spec.codes);
         let sent_at = if period.is_some() { due } else { shared.start.elapsed() };
-        let answer = conn.post(&spec.target, planned.body.clone()).await;
+        let polling = planned.kind == Kind::Poll;
+        let answer = if polling {
+            conn.poll(&spec.target, etag.as_deref()).await.map(|(http, tag, body)| {
+                etag = tag.or(etag.take());
+                (http, body)
+            })
+        } else {
+            conn.post(&spec.target, planned.body.clone()).await
+        };
         let finished = shared.start.elapsed();
         let latency_us = (finished.saturating_sub(sent_at).as_micros() as u64).max(1);
         tally.sent += 1;
-        tally.latency_us.saturating_record(latency_us);
+        if polling {
+            tally.poll_latency_us.saturating_record(latency_us);
+        } else {
+            tally.latency_us.saturating_record(latency_us);
+        }
         let reply = match answer {
             Ok((http, body)) => Reply::parse(http, &body),
             Err(_) => {
@@ -193,7 +219,9 @@ async fn connection(shared: Arc<Shared>, index: usize, mut conn: Connection) -> 
             shared.admitted.fetch_add(1, Ordering::Relaxed);
         }
         *tally.by_kind.entry(planned.kind).or_default().entry(reply.status).or_default() += 1;
-        shared.timeline.record(finished, latency_us, admitted);
+        if !polling {
+            shared.timeline.record(finished, latency_us, admitted);
+        }
         shared.done.fetch_add(1, Ordering::Relaxed);
         if let Some(p) = period {
             intended += p;

@@ -66,13 +66,24 @@ pub async fn load(connections: &Connections, args: &LoadArgs) -> anyhow::Result<
         levels: args.levels.clone(),
         codes,
     };
+    let commands_before = match &topology {
+        Some(t) => Some(commands_processed(&t.primary).await?),
+        None => None,
+    };
     let (tally, seconds, elapsed) = driver::run(spec).await;
+    let commands_after = match &topology {
+        Some(t) => Some(commands_processed(&t.primary).await?),
+        None => None,
+    };
     let store = match &topology {
         Some(t) => Some(t.check(tally.admitted_slots.len()).await?),
         None => None,
     };
     let facts = RunFacts { target: url, connections: args.connections, rate: args.rate, loadavg_before };
     let mut report = report::build(facts, &tally, &seconds, elapsed, store);
+    if let (Some(before), Some(after)) = (commands_before, commands_after) {
+        report.redis_commands_per_s = Some(after.saturating_sub(before) as f64 / elapsed.as_secs_f64().max(1e-9));
+    }
     if let Some(t) = &topology {
         report.server = Some(server_levers(&t.server, args));
     }
@@ -125,6 +136,16 @@ async fn compare_backends(connections: &Connections, args: &args::CompareArgs) -
     println!("mean admitted/s: sqlite {sqlite:.0}, postgres {postgres:.0}; postgres / sqlite = {:.1} %", 100.0 * postgres / sqlite);
     anyhow::ensure!(failed.is_empty(), "checks failed in {}", failed.join(", "));
     Ok(())
+}
+
+/// `total_commands_processed` from the primary's `INFO stats`.
+async fn commands_processed(primary: &crate::lab::redis_server::RedisServer) -> anyhow::Result<u64> {
+    let mut conn = redis::Client::open(primary.url())?.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO").arg("stats").query_async(&mut conn).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("INFO stats has no total_commands_processed"))
 }
 
 fn server_levers(s: &ServeSettings, args: &LoadArgs) -> serde_json::Value {

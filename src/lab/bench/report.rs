@@ -2,7 +2,7 @@
 //! timeline, the checks) and a one-line summary for the terminal.
 
 use super::driver::{Second, Tally};
-use super::workload::KINDS;
+use super::workload::{Kind, KINDS};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
@@ -30,6 +30,15 @@ impl Percentiles {
             mean: h.mean() / 1000.0,
         }
     }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PollFigures {
+    pub sent: u64,
+    pub per_s: f64,
+    /// Share of polls answered `304 Not Modified`.
+    pub not_modified_share: f64,
+    pub latency_ms: Percentiles,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -87,10 +96,18 @@ pub struct Report {
     pub requests_per_s: f64,
     pub admitted: u64,
     pub admitted_per_s: f64,
+    /// Booking requests sent per second (every kind but `poll`).
+    pub bookings_per_s: f64,
+    /// Booking requests only; polls have their own figures.
     pub latency_ms: Percentiles,
     /// The `503 retry` answers alone (how many, and how fast).
     pub retries: u64,
     pub retry_latency_ms: Percentiles,
+    /// Availability polls, when the mix has them.
+    pub polls: Option<PollFigures>,
+    /// Commands the Redis primary processed per second during the run (self-contained runs;
+    /// `INFO stats` total_commands_processed before and after, replication and WAIT included).
+    pub redis_commands_per_s: Option<f64>,
     pub by_kind: BTreeMap<&'static str, KindFigures>,
     pub timeline: Vec<SecondFigures>,
     pub checks: Checks,
@@ -143,7 +160,14 @@ pub fn build(facts: RunFacts, tally: &Tally, seconds: &[Second], elapsed: Durati
     let store_ok = store.as_ref().is_none_or(|s| {
         s.distinct_codes && s.distinct_slots && s.within_caps && s.redis_counters_match && s.answers_have_rows && s.held_rows <= s.seats
     });
-    let counts_add_up = counted == tally.sent && tally.latency_us.len() == tally.sent;
+    let counts_add_up = counted == tally.sent && tally.latency_us.len() + tally.poll_latency_us.len() == tally.sent;
+    let polls = by_kind.get(Kind::Poll.name()).map(|k| PollFigures {
+        sent: k.sent,
+        per_s: k.sent as f64 / secs,
+        not_modified_share: k.answers.get("http_304").copied().unwrap_or(0) as f64 / k.sent.max(1) as f64,
+        latency_ms: Percentiles::of_us(&tally.poll_latency_us),
+    });
+    let bookings = tally.latency_us.len();
     let checks = Checks { counts_add_up, distinct_slots, unexpected_answers, passed: counts_add_up && distinct_slots && unexpected_answers == 0 && store_ok, store };
     let timeline = seconds
         .iter()
@@ -168,9 +192,12 @@ pub fn build(facts: RunFacts, tally: &Tally, seconds: &[Second], elapsed: Durati
         requests_per_s: tally.sent as f64 / secs,
         admitted,
         admitted_per_s: admitted as f64 / secs,
+        bookings_per_s: bookings as f64 / secs,
         latency_ms: Percentiles::of_us(&tally.latency_us),
         retries: tally.retry_latency_us.len(),
         retry_latency_ms: Percentiles::of_us(&tally.retry_latency_us),
+        polls,
+        redis_commands_per_s: None,
         by_kind,
         timeline,
         checks,
@@ -186,7 +213,7 @@ impl Report {
         let l = &self.latency_ms;
         let mut out = format!(
             "{} loop, {} connections{}: {} requests in {:.1} s = {:.0} req/s; {} admitted = {:.0} admitted/s\n\
-             latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}\n",
+             booking latency ms ({:.0} bookings/s): p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}\n",
             self.mode,
             self.connections,
             self.rate_target.map(|r| format!(" at {r:.0} req/s")).unwrap_or_default(),
@@ -195,6 +222,7 @@ impl Report {
             self.requests_per_s,
             self.admitted,
             self.admitted_per_s,
+            self.bookings_per_s,
             l.p50,
             l.p90,
             l.p99,
@@ -204,6 +232,19 @@ impl Report {
         if self.retries > 0 {
             let r = &self.retry_latency_ms;
             out.push_str(&format!("503 retry answers: {}, latency ms: p50 {:.2}  p99 {:.2}  max {:.2}\n", self.retries, r.p50, r.p99, r.max));
+        }
+        if let Some(p) = &self.polls {
+            out.push_str(&format!(
+                "availability polls: {:.0}/s, {:.0}% answered 304; latency ms p50 {:.2}  p99 {:.2}  max {:.2}\n",
+                p.per_s,
+                p.not_modified_share * 100.0,
+                p.latency_ms.p50,
+                p.latency_ms.p99,
+                p.latency_ms.max
+            ));
+        }
+        if let Some(c) = self.redis_commands_per_s {
+            out.push_str(&format!("redis primary: {c:.0} commands/s during the run\n"));
         }
         for (kind, f) in &self.by_kind {
             out.push_str(&format!("  {kind:<13} {:>8} sent  {:?}{}\n", f.sent, f.answers, if f.unexpected > 0 { format!("  UNEXPECTED {}", f.unexpected) } else { String::new() }));

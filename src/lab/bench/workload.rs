@@ -21,9 +21,12 @@ pub enum Kind {
     Unregistered,
     /// The honeypot field filled.
     Bot,
+    /// A waiting page's availability poll: `GET /api/events/{event}` with the `ETag` of the
+    /// connection's last answer, as a browser revalidates.
+    Poll,
 }
 
-pub const KINDS: [Kind; 5] = [Kind::Fresh, Kind::Retry, Kind::Duplicate, Kind::Unregistered, Kind::Bot];
+pub const KINDS: [Kind; 6] = [Kind::Fresh, Kind::Retry, Kind::Duplicate, Kind::Unregistered, Kind::Bot, Kind::Poll];
 
 impl Kind {
     pub fn name(self) -> &'static str {
@@ -33,19 +36,21 @@ impl Kind {
             Kind::Duplicate => "duplicate",
             Kind::Unregistered => "unregistered",
             Kind::Bot => "bot",
+            Kind::Poll => "poll",
         }
     }
 }
 
-/// Weights of the kinds, e.g. "fresh=86,retry=4,duplicate=4,unregistered=3,bot=3".
+/// Weights of the kinds, e.g. "fresh=86,retry=4,duplicate=4,unregistered=3,bot=3" (add
+/// "poll=N" for availability polls).
 #[derive(Clone, Debug, Serialize)]
 pub struct Mix {
-    weights: [u32; 5],
+    weights: [u32; KINDS.len()],
 }
 
 impl Mix {
     pub fn parse(text: &str) -> anyhow::Result<Self> {
-        let mut weights = [0u32; 5];
+        let mut weights = [0u32; KINDS.len()];
         for part in text.split(',').filter(|p| !p.trim().is_empty()) {
             let (name, weight) = part.split_once('=').ok_or_else(|| anyhow::anyhow!("mix entry {part:?} is not name=weight"))?;
             let i = KINDS.iter().position(|k| k.name() == name.trim()).ok_or_else(|| anyhow::anyhow!("unknown kind {name:?} in the mix"))?;
@@ -157,6 +162,7 @@ impl Planner {
             (Kind::Retry, Some(a)) => plan(Kind::Retry, a.code, a.level, a.nonce, Some(a.slot), ""),
             (Kind::Duplicate, Some(a)) => plan(Kind::Duplicate, a.code, level, nonce, None, ""),
             (Kind::Unregistered, _) => plan(Kind::Unregistered, format!("NOPE-{:012}", rand::random::<u64>() % 1_000_000_000_000), level, nonce, None, ""),
+            (Kind::Poll, _) => Planned { kind: Kind::Poll, body: String::new(), code: String::new(), level, nonce, slot: None },
             (Kind::Bot, _) => plan(Kind::Bot, codes.code(rand::random_range(0..codes.count.max(1))), level, nonce, None, "https://spam.example"),
             // Fresh, or a retry/duplicate before anything was admitted on this connection.
             _ => match codes.take() {
@@ -186,6 +192,8 @@ impl Planner {
             Kind::Duplicate => status == "already_admitted",
             Kind::Unregistered => status == "not_registered",
             Kind::Bot => status == "admitted",
+            // The availability answer has no `status`: the HTTP status stands in for it.
+            Kind::Poll => matches!(status, "http_200" | "http_304"),
         }
     }
 }

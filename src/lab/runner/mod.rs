@@ -97,6 +97,8 @@ pub struct Report {
     pub requests: usize,
     pub retries: usize,
     pub answers: BTreeMap<String, usize>,
+    /// The honeypot bots' answers, apart from the people's (their 201s are fake).
+    pub bot_answers: BTreeMap<String, usize>,
     pub gave_up: usize,
     pub faults_injected: BTreeMap<String, usize>,
     pub replies_lost: u64,
@@ -232,6 +234,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         requests: outcomes.iter().map(|o| o.tries).sum(),
         retries: tally.retries,
         answers: tally.by_status,
+        bot_answers: tally.bots,
         gave_up: tally.gave_up,
         faults_injected: inject::counts_by_name(&injected.counts()),
         replies_lost,
@@ -345,7 +348,7 @@ impl Report {
     pub fn print(&self) {
         println!("fault run: {:?}{}", self.faults, self.broken_guard.as_ref().map(|g| format!(" (guard broken: {g})")).unwrap_or_default());
         println!("  {} candidates for {} seats, {} requests, {} retries, {} without a final answer", self.candidates, self.seats, self.requests, self.retries, self.gave_up);
-        println!("  answers: {:?}", self.answers);
+        println!("  answers: {:?}; honeypot bots (fake 201s): {:?}", self.answers, self.bot_answers);
         println!("  faults injected: {:?}; replies lost {}; serve kills {} (restarts {})", self.faults_injected, self.replies_lost, self.serve_kills, self.serve_restarts);
         println!("  admitted (told 201): {} ({} after booking again); hold {} s; {} committer connections per serve", self.admitted, self.rebookings, self.hold_seconds, self.commit_connections);
         println!("  operator calls: {} ({} paid, {} cancelled); database rows: {:?}; Redis counts taken: {}", self.operator_calls, self.paid_by_runner, self.cancelled_by_runner, self.db_states, self.redis_taken);

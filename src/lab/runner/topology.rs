@@ -220,6 +220,8 @@ impl Topology {
             ("SEATRUSH_OPERATOR_TOKEN".into(), OPERATOR_TOKEN.into()),
             ("SEATRUSH_LOG".into(), "warn".into()),
             ("SEATRUSH_COMMIT_CONNECTIONS".into(), options.commit_connections.max(2).to_string()),
+            // The crowd comes from one address and sends unregistered codes on purpose.
+            ("SEATRUSH_REFUSAL_RATE_PER_MINUTE".into(), "0".into()),
         ];
         if let Some(guard) = &options.broken_guard {
             env.push(("SEATRUSH_BREAK_GUARD".into(), guard.clone()));
