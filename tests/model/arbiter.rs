@@ -1,0 +1,194 @@
+//! The model's database: one booking row per code and the conditional statements that change it.
+//! The row is the arbiter between the request path (`hold`) and every undo (`claim_released`):
+//! each is one statement that writes only under its condition, so exactly one of them wins.
+//! The database's own counters are not kept: the real code moves them in the same transaction as
+//! the row, so counting held and paid rows gives the same numbers.
+
+use crate::scripts::Record;
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum RowState {
+    Held,
+    Paid,
+    Released,
+}
+
+/// `bookings` for one (event, code), less time: `expired` stands for `hold_until <= now` on the
+/// one shared clock, `synced` is `redis_synced`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Row {
+    pub nonce: u8,
+    pub aid: u8,
+    pub slot: u8,
+    pub level: u8,
+    pub state: RowState,
+    pub expired: bool,
+    pub synced: bool,
+}
+
+impl Row {
+    pub fn holds_seat(&self) -> bool {
+        self.state != RowState::Released
+    }
+
+    /// The admission the row names, as the release script takes it.
+    pub fn record(&self) -> Record {
+        Record { nonce: self.nonce, aid: self.aid, slot: self.slot, level: self.level }
+    }
+}
+
+/// The request path's write (`Store::hold`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldOutcome {
+    Held,
+    /// A retry: this admission already holds the row.
+    AlreadyHeld { expired: bool },
+    /// Another admission of this code, with this very nonce, holds the row (Redis lost the first).
+    SameNonceHolds(Row),
+    /// The row says released for this admission: an undo claimed it first.
+    ReaperWon,
+    /// Another admission of this code, with another nonce, holds a seat.
+    CodeHasSeat,
+    LevelFull,
+    SoldOut,
+    /// Another code's row holds this seat number.
+    SeatTaken,
+}
+
+/// The undo's write (`Store::reap`, used by every undo).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The row now says released for this admission, or already did: undo in Redis.
+    Released,
+    /// This admission holds the row: do not undo, only drop the pending entry.
+    Persisted,
+    /// Another admission holds the row: this one is a phantom, undo it.
+    OtherHolds,
+    /// The row is released for another admission whose release no replica has acknowledged yet
+    /// (`redis_synced = 0`): leave this one pending until that release is synced. Not with
+    /// `overwrite_unsynced` (today's upsert), which overwrites the row and sets `redis_synced = 1`,
+    /// forgetting that release (MODEL.md, finding 1).
+    OtherReleaseUnsynced,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Db {
+    pub rows: Vec<Option<Row>>,
+}
+
+impl Db {
+    pub fn new(codes: usize) -> Self {
+        Db { rows: vec![None; codes] }
+    }
+
+    /// Held and paid rows of one level.
+    pub fn holders(&self, level: u8) -> usize {
+        self.rows.iter().flatten().filter(|r| r.holds_seat() && r.level == level).count()
+    }
+
+    pub fn seats_held(&self) -> usize {
+        self.rows.iter().flatten().filter(|r| r.holds_seat()).count()
+    }
+
+    /// The upsert's condition: no row, or a row released for another admission. The undo's claim
+    /// also spares a release not yet synced, unless `overwrite_unsynced`. (`hold` may overwrite
+    /// it: its admission was acknowledged, so the replica already has that earlier deletion.)
+    fn may_write(&self, code: u8, aid: u8, for_hold: bool, overwrite_unsynced: bool) -> bool {
+        match self.rows[code as usize] {
+            None => true,
+            Some(r) => r.state == RowState::Released && r.aid != aid && (for_hold || r.synced || overwrite_unsynced),
+        }
+    }
+
+    /// `hold(adm)`: the upsert `held` (a seat number held twice is the unique index's refusal),
+    /// then the level and event counters in the same transaction; else why not, from the row.
+    pub fn hold(&mut self, caps: &[u8], seats: u8, code: u8, adm: Record) -> HoldOutcome {
+        if self.may_write(code, adm.aid, true, true) {
+            let others = |r: &&Row| r.holds_seat();
+            if self.rows.iter().enumerate().any(|(c, r)| c != code as usize && r.as_ref().filter(others).is_some_and(|r| r.slot == adm.slot)) {
+                return HoldOutcome::SeatTaken;
+            }
+            if self.holders(adm.level) >= caps[adm.level as usize] as usize {
+                return HoldOutcome::LevelFull;
+            }
+            if self.seats_held() >= seats as usize {
+                return HoldOutcome::SoldOut;
+            }
+            self.rows[code as usize] = Some(Row {
+                nonce: adm.nonce, aid: adm.aid, slot: adm.slot, level: adm.level,
+                state: RowState::Held, expired: false, synced: true,
+            });
+            return HoldOutcome::Held;
+        }
+        let row = self.rows[code as usize].expect("may_write is true without a row");
+        match row {
+            r if r.aid == adm.aid && r.holds_seat() => HoldOutcome::AlreadyHeld { expired: r.expired && r.state == RowState::Held },
+            r if r.aid == adm.aid => HoldOutcome::ReaperWon,
+            r if r.nonce == adm.nonce => HoldOutcome::SameNonceHolds(r),
+            // A released row of another admission is always overwritten by `hold`.
+            _ => HoldOutcome::CodeHasSeat,
+        }
+    }
+
+    /// `claim_released(adm)`: the upsert `released` (no counters: a released row holds nothing),
+    /// then the row decides what the undo may do.
+    pub fn claim_released(&mut self, code: u8, adm: Record, overwrite_unsynced: bool) -> ClaimOutcome {
+        if self.may_write(code, adm.aid, false, overwrite_unsynced) {
+            self.rows[code as usize] = Some(Row {
+                nonce: adm.nonce, aid: adm.aid, slot: adm.slot, level: adm.level,
+                state: RowState::Released, expired: false, synced: true,
+            });
+            return ClaimOutcome::Released;
+        }
+        let row = self.rows[code as usize].expect("may_write is true without a row");
+        match row {
+            r if r.aid == adm.aid && r.holds_seat() => ClaimOutcome::Persisted,
+            r if r.aid == adm.aid => ClaimOutcome::Released,
+            r if r.holds_seat() => ClaimOutcome::OtherHolds,
+            _ => ClaimOutcome::OtherReleaseUnsynced,
+        }
+    }
+
+    /// The expiry pass's statement: release the listed admission only if the row still names it,
+    /// is still held and its hold has run out; counters -1; `redis_synced = 0`.
+    pub fn expire(&mut self, code: u8, aid: u8) -> Option<Row> {
+        let row = self.rows[code as usize].as_mut()?;
+        if row.aid != aid || row.state != RowState::Held || !row.expired {
+            return None;
+        }
+        row.state = RowState::Released;
+        row.synced = false;
+        Some(*row)
+    }
+
+    /// Cancel: release the row's current admission, held or paid.
+    pub fn cancel(&mut self, code: u8) -> Option<Row> {
+        let row = self.rows[code as usize].as_mut()?;
+        if !row.holds_seat() {
+            return None;
+        }
+        row.state = RowState::Released;
+        row.synced = false;
+        Some(*row)
+    }
+
+    /// Pay: held -> paid while the hold has not run out, one statement.
+    pub fn pay(&mut self, code: u8) -> bool {
+        match self.rows[code as usize].as_mut() {
+            Some(row) if row.state == RowState::Held && !row.expired => {
+                row.state = RowState::Paid;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks a release synced, only if the row is still released for that admission.
+    pub fn mark_synced(&mut self, code: u8, aid: u8) {
+        if let Some(row) = self.rows[code as usize].as_mut() {
+            if row.aid == aid && row.state == RowState::Released {
+                row.synced = true;
+            }
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! "The model decides as the code does": the model's admit, undo, release and persisted
+//! (`scripts.rs`) and the real scripts of `lua/` run on the same random inputs, the real ones
+//! against the Redis at 127.0.0.1:6379 under a key prefix of their own; replies and resulting
+//! keyspaces must agree. Time (`admitted-ms`, pending scores) is the one thing not compared.
+
+use crate::scripts::{AdmitReply, Call, Record, Redis};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::Value;
+
+const ADMIT: &str = include_str!("../../lua/admit.lua");
+const UNDO: &str = include_str!("../../lua/undo.lua");
+const RELEASE: &str = include_str!("../../lua/release.lua");
+const PERSISTED: &str = include_str!("../../lua/persisted.lua");
+
+const REDIS_URL: &str = "redis://127.0.0.1:6379/";
+const CASES: usize = 3000;
+const CODES: u8 = 3;
+const LEVELS: u8 = 2;
+/// Seat numbers 1..=SEATS_MAX; a case uses fewer when it draws fewer.
+const SEATS_MAX: u8 = 4;
+
+/// This run's keys, deleted when the test ends however it ends.
+struct Keys {
+    conn: redis::Connection,
+    adm: String,
+    taken: String,
+    cap: String,
+    free: String,
+    pending: String,
+    syncs: String,
+}
+
+impl Keys {
+    fn new(conn: redis::Connection, tag: &str) -> Self {
+        let key = |name: &str| format!("{{model-{tag}}}:{name}");
+        Keys { conn, adm: key("adm"), taken: key("taken"), cap: key("cap"), free: key("free"), pending: key("pending"), syncs: key("syncs") }
+    }
+
+    fn all(&self) -> [&str; 6] {
+        [&self.adm, &self.taken, &self.cap, &self.free, &self.pending, &self.syncs]
+    }
+}
+
+impl Drop for Keys {
+    fn drop(&mut self) {
+        let keys: Vec<String> = self.all().iter().map(|k| k.to_string()).collect();
+        let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(keys).query(&mut self.conn);
+    }
+}
+
+fn code(c: u8) -> String {
+    format!("code{c}")
+}
+
+fn level(l: u8) -> String {
+    format!("L{l}")
+}
+
+fn record_text(r: &Record) -> String {
+    format!("n{} a{} {} {} 1700000000000", r.nonce, r.aid, r.slot, level(r.level))
+}
+
+fn random_state(rng: &mut StdRng) -> (Redis, Vec<u8>) {
+    let seats = rng.random_range(1..=SEATS_MAX);
+    let caps: Vec<u8> = (0..LEVELS).map(|_| rng.random_range(0..=2)).collect();
+    let mut redis = Redis::opened(CODES as usize, LEVELS as usize, seats);
+    redis.free = rng.random_range(0..(1u16 << seats));
+    for c in 0..CODES {
+        if rng.random_bool(0.6) {
+            let record = Record { nonce: rng.random_range(0..2), aid: rng.random_range(0..3), slot: rng.random_range(1..=seats), level: rng.random_range(0..LEVELS) };
+            redis.records[c as usize] = Some(record);
+            redis.taken[record.level as usize] += 1;
+            if rng.random_bool(0.6) {
+                redis.pending |= 1 << c;
+            }
+        } else if rng.random_bool(0.1) {
+            redis.pending |= 1 << c; // an entry without a record: the scripts must cope
+        }
+    }
+    for t in &mut redis.taken {
+        *t += rng.random_range(0..=1);
+    }
+    (redis, caps)
+}
+
+fn random_call(rng: &mut StdRng) -> Call {
+    let code = rng.random_range(0..CODES);
+    let nonce = rng.random_range(0..2);
+    let aid = rng.random_range(0..3);
+    match rng.random_range(0..4) {
+        // Level LEVELS is unknown: admit must refuse it with an error, changing nothing.
+        0 => Call::Admit { code, nonce, level: rng.random_range(0..=LEVELS), aid: 7, retry_only: rng.random_bool(0.2) },
+        1 => Call::Undo { code, nonce, aid, seat_held: rng.random_bool(0.3) },
+        2 => Call::Release { code, nonce, aid },
+        _ => Call::Persisted { code, nonce, aid },
+    }
+}
+
+fn load(keys: &mut Keys, redis: &Redis, caps: &[u8]) {
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEL").arg(&keys.all()[..]).ignore();
+    for (l, (&taken, &cap)) in redis.taken.iter().zip(caps).enumerate() {
+        pipe.cmd("HSET").arg(&keys.taken).arg(level(l as u8)).arg(taken).ignore();
+        pipe.cmd("HSET").arg(&keys.cap).arg(level(l as u8)).arg(cap).ignore();
+    }
+    for (c, record) in redis.records.iter().enumerate() {
+        if let Some(r) = record {
+            pipe.cmd("HSET").arg(&keys.adm).arg(code(c as u8)).arg(record_text(r)).ignore();
+        }
+        if redis.pending & (1 << c) != 0 {
+            pipe.cmd("ZADD").arg(&keys.pending).arg(1_700_000_000_000i64).arg(code(c as u8)).ignore();
+        }
+    }
+    for seat in 0..16u8 {
+        if redis.free & (1 << seat) != 0 {
+            pipe.cmd("ZADD").arg(&keys.free).arg(seat + 1).arg(seat + 1).ignore();
+        }
+    }
+    pipe.cmd("SET").arg(&keys.syncs).arg(0).ignore();
+    pipe.query::<()>(&mut keys.conn).expect("load the case into Redis");
+}
+
+/// Runs the real script with the KEYS its header lists (release gets `{ev:ID}:syncs` as KEYS[5];
+/// a release.lua that does not use it ignores it).
+fn run_real(keys: &mut Keys, call: Call) -> redis::RedisResult<Value> {
+    let (source, script_keys, args): (&str, Vec<&String>, Vec<String>) = match call {
+        Call::Admit { code: c, nonce, level: l, aid, retry_only } => {
+            let mut args = vec![code(c), format!("n{nonce}"), level(l), format!("a{aid}")];
+            if retry_only {
+                args.push("retry-only".into());
+            }
+            (ADMIT, vec![&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending], args)
+        }
+        Call::Undo { code: c, nonce, aid, seat_held } => {
+            let mut args = vec![code(c), format!("n{nonce}"), format!("a{aid}")];
+            if seat_held {
+                args.push("seat-held".into());
+            }
+            (UNDO, vec![&keys.adm, &keys.taken, &keys.free, &keys.pending], args)
+        }
+        Call::Release { code: c, nonce, aid } => (
+            RELEASE,
+            vec![&keys.adm, &keys.taken, &keys.free, &keys.pending, &keys.syncs],
+            vec![code(c), format!("n{nonce}"), format!("a{aid}")],
+        ),
+        Call::Persisted { code: c, nonce, aid } => (PERSISTED, vec![&keys.adm, &keys.pending], vec![code(c), format!("n{nonce}"), format!("a{aid}")]),
+    };
+    redis::cmd("EVAL").arg(source).arg(script_keys.len()).arg(script_keys).arg(args).query(&mut keys.conn)
+}
+
+/// The keyspace read back into the model's shape.
+fn read_back(keys: &mut Keys) -> Redis {
+    let adm: Vec<(String, String)> = redis::cmd("HGETALL").arg(&keys.adm).query(&mut keys.conn).expect("HGETALL adm");
+    let taken: Vec<(String, i64)> = redis::cmd("HGETALL").arg(&keys.taken).query(&mut keys.conn).expect("HGETALL taken");
+    let free: Vec<u8> = redis::cmd("ZRANGE").arg(&keys.free).arg(0).arg(-1).query(&mut keys.conn).expect("ZRANGE free");
+    let pending: Vec<String> = redis::cmd("ZRANGE").arg(&keys.pending).arg(0).arg(-1).query(&mut keys.conn).expect("ZRANGE pending");
+    let code_of = |name: &str| name.strip_prefix("code").and_then(|n| n.parse::<u8>().ok()).expect("a code this test wrote");
+    let mut redis = Redis::opened(CODES as usize, LEVELS as usize, 1);
+    redis.free = free.iter().fold(0, |bits, &seat| bits | 1 << (seat - 1));
+    redis.pending = pending.iter().fold(0, |bits, c| bits | 1 << code_of(c));
+    for (name, text) in adm {
+        let parts: Vec<&str> = text.split(' ').collect();
+        assert_eq!(parts.len(), 5, "record {text:?}");
+        let number = |p: &str, prefix: &str| p.strip_prefix(prefix).and_then(|n| n.parse::<u8>().ok()).unwrap_or_else(|| panic!("record {text:?}"));
+        let record = Record { nonce: number(parts[0], "n"), aid: number(parts[1], "a"), slot: number(parts[2], ""), level: number(parts[3], "L") };
+        redis.records[code_of(&name) as usize] = Some(record);
+    }
+    for (name, count) in taken {
+        let l: usize = name.strip_prefix('L').and_then(|n| n.parse().ok()).expect("a level this test wrote");
+        redis.taken[l] = u8::try_from(count).unwrap_or_else(|_| panic!("taken[{name}] = {count}"));
+    }
+    redis
+}
+
+/// The real reply in the model's words: admit's reply, or the 0/1 of the others.
+fn expected_reply(model_reply: Option<AdmitReply>, changed: bool, real: redis::RedisResult<Value>) -> Result<(), String> {
+    match (model_reply, real) {
+        (Some(AdmitReply::UnknownLevel), Err(e)) if e.to_string().contains("unknown level") => Ok(()),
+        (Some(AdmitReply::AlreadyAdmitted), Ok(Value::Int(-1))) => Ok(()),
+        (Some(AdmitReply::SoldOut), Ok(Value::Int(-2))) => Ok(()),
+        (Some(AdmitReply::LevelFull), Ok(Value::Int(-3))) => Ok(()),
+        (Some(AdmitReply::NotARetry), Ok(Value::Int(-4))) => Ok(()),
+        (Some(AdmitReply::Admitted(r)), Ok(Value::Array(items))) if items.len() == 4 => {
+            let text = |v: &Value| match v {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                other => format!("{other:?}"),
+            };
+            let same = items[0] == Value::Int(r.slot as i64) && text(&items[2]) == format!("a{}", r.aid) && text(&items[3]) == level(r.level);
+            if same { Ok(()) } else { Err(format!("model {r:?}, real {items:?}")) }
+        }
+        (None, Ok(Value::Int(n))) if n == changed as i64 => Ok(()),
+        (model, real) => Err(format!("model {model:?} (changed {changed}), real {real:?}")),
+    }
+}
+
+#[test]
+fn model_scripts_decide_as_the_lua_scripts_do() {
+    let client = redis::Client::open(REDIS_URL).expect("redis url");
+    let conn = client.get_connection().expect("the Redis at 127.0.0.1:6379 runs (see MODEL.md)");
+    let seed: u64 = rand::rng().random();
+    let tag = format!("{seed:016x}");
+    let mut keys = Keys::new(conn, &tag);
+    let release_counts_syncs = RELEASE.contains("KEYS[5]");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for case in 0..CASES {
+        let (before, caps) = random_state(&mut rng);
+        let call = random_call(&mut rng);
+        let mut model = before.clone();
+        let (reply, changed, write) = model.apply(&caps, call);
+        load(&mut keys, &before, &caps);
+        let real = run_real(&mut keys, call);
+        let context = || format!("seed {seed:#x}, case {case}: {call:?} on {before:?} (caps {caps:?})");
+        if let Err(e) = expected_reply(reply, changed, real) {
+            panic!("{}: replies differ: {e}", context());
+        }
+        let after = read_back(&mut keys);
+        // The real keyspace has no pending entry without a score and no level it never heard of;
+        // compare exactly what the model keeps.
+        assert_eq!(after, model, "{}: keyspaces differ", context());
+        if release_counts_syncs && matches!(call, Call::Release { .. }) {
+            let syncs: i64 = redis::cmd("GET").arg(&keys.syncs).query(&mut keys.conn).expect("GET syncs");
+            assert_eq!(syncs, 1, "{}: release.lua must write on every call (model: {write:?})", context());
+        }
+        *seen.entry(kind(call, reply, changed)).or_default() += 1;
+    }
+    println!("{CASES} cases, seed {seed:#x}, release.lua counts syncs: {release_counts_syncs}; outcomes: {seen:?}");
+    // Every decision of every script is exercised, not only the common ones.
+    assert!(seen.len() >= 12, "too few distinct outcomes: {seen:?}");
+}
+
+fn kind(call: Call, reply: Option<AdmitReply>, changed: bool) -> String {
+    match (call, reply) {
+        (Call::Admit { .. }, Some(AdmitReply::Admitted(r))) if r.aid == 7 => "admit:new".into(),
+        (Call::Admit { .. }, Some(AdmitReply::Admitted(_))) => "admit:retry".into(),
+        (Call::Admit { .. }, Some(other)) => format!("admit:{other:?}"),
+        (Call::Undo { .. }, _) => format!("undo:{changed}"),
+        (Call::Release { .. }, _) => format!("release:{changed}"),
+        (Call::Persisted { .. }, _) => format!("persisted:{changed}"),
+        (Call::Admit { .. }, None) => unreachable!(),
+    }
+}

@@ -1,0 +1,140 @@
+//! What must hold. "Always" properties are checked in every reachable state. The quiescence
+//! properties are checked in every state where nothing is in flight (no request, no pass, no
+//! cancel), after `drain`: the replica catches up and reaper and sync passes run, without faults,
+//! until they change nothing, as DESIGN's invariant 3 says ("once ... one reaper pass are over").
+
+use crate::arbiter::RowState;
+use crate::protocol::{bit, SeatRush, State};
+use crate::scripts::{Call, Redis};
+use stateright::Property;
+
+pub fn all() -> Vec<Property<SeatRush>> {
+    vec![
+        Property::always("no oversell in Redis", |m, s: &State| redis_within_caps(m, &s.redis.primary) && redis_within_caps(m, &s.redis.replica)),
+        Property::always("no oversell in the database", db_within_caps),
+        Property::always("one seat per code", one_admission_per_code),
+        Property::always("a client told 201 holds its seat", told_201_holds),
+        Property::always("no 201 for a hold that ran out", |_, s: &State| !s.ghost.expired_201),
+        Property::always("at quiescence Redis matches the database", |m, s: &State| !quiescent(s) || counters_match(m, &drain(m, s))),
+        Property::always("at quiescence no final refusal holds a seat", |m, s: &State| !quiescent(s) || refusals_hold_nothing(&drain(m, s))),
+        // Reachability: the bound is big enough to reach what the protocol is about.
+        Property::sometimes("a 201 is answered", |_, s: &State| s.ghost.told.iter().any(|&t| t != 0)),
+        Property::sometimes("a hold expires and its release is synced", |_, s: &State| {
+            s.db.rows.iter().flatten().any(|r| r.state == RowState::Released && r.expired && r.synced)
+        }),
+        Property::sometimes("a failover loses writes", |_, s: &State| s.ghost.lost_writes),
+        Property::sometimes("a client books again after its seat was released", |_, s: &State| {
+            s.db.rows.iter().flatten().any(|r| r.holds_seat() && r.nonce > 0) && s.ghost.released_legitimately != 0
+        }),
+    ]
+}
+
+/// Per level at most its cap, at most `seats` in all, `taken` counts the records, no seat number
+/// in two records or both in a record and in the free pool.
+fn redis_within_caps(m: &SeatRush, r: &Redis) -> bool {
+    let caps = m.caps();
+    let mut slots = 0u16;
+    for rec in r.records.iter().flatten() {
+        let seat = 1 << (rec.slot - 1);
+        if slots & seat != 0 || r.free & seat != 0 {
+            return false;
+        }
+        slots |= seat;
+    }
+    let per_level = |l: usize| r.records.iter().flatten().filter(|rec| rec.level as usize == l).count();
+    (0..caps.len()).all(|l| r.taken[l] <= caps[l] && r.taken[l] as usize == per_level(l))
+        && r.taken.iter().map(|&t| t as usize).sum::<usize>() <= m.bounds.seats as usize
+}
+
+fn db_within_caps(m: &SeatRush, s: &State) -> bool {
+    let mut slots = 0u16;
+    for row in s.db.rows.iter().flatten().filter(|r| r.holds_seat()) {
+        let seat = 1 << (row.slot - 1);
+        if slots & seat != 0 {
+            return false;
+        }
+        slots |= seat;
+    }
+    (0..m.caps().len()).all(|l| s.db.holders(l as u8) <= m.caps()[l] as usize) && s.db.seats_held() <= m.bounds.seats as usize
+}
+
+/// The database row and the Redis record of a code never name two different admissions that
+/// both hold a seat: whatever Redis holds for a code the database holds is that booking.
+fn one_admission_per_code(_: &SeatRush, s: &State) -> bool {
+    s.db.rows.iter().zip(&s.redis.primary.records).all(|(row, rec)| match (row, rec) {
+        (Some(row), Some(rec)) if row.holds_seat() => row.aid == rec.aid,
+        _ => true,
+    })
+}
+
+/// A 201 for admission `a` means the row holds `a`, unless `a` was since released at expiry or
+/// cancelled.
+fn told_201_holds(_: &SeatRush, s: &State) -> bool {
+    s.ghost.told.iter().enumerate().all(|(c, &told)| {
+        let row = s.db.rows[c];
+        (0..32u8).filter(|&a| told & bit(a) != 0).all(|a| {
+            s.ghost.released_legitimately & bit(a) != 0 || row.is_some_and(|r| r.aid == a && r.holds_seat())
+        })
+    })
+}
+
+pub fn quiescent(s: &State) -> bool {
+    s.requests.is_empty() && s.jobs.is_empty()
+}
+
+/// The state after the replica caught up and fault-free reaper and sync passes ran until they
+/// changed nothing. Each pass does what `steps.rs` does, one item at a time.
+pub fn drain(m: &SeatRush, s: &State) -> State {
+    let mut s = s.clone();
+    let caps = m.caps();
+    s.redis.replicate_all(caps);
+    for _round in 0..8 {
+        let before = (s.redis.primary.clone(), s.db.clone());
+        for code in 0..s.clients.len() as u8 {
+            let Some(adm) = s.redis.primary.records[code as usize] else { continue };
+            if s.redis.primary.pending & (1 << code) == 0 {
+                continue;
+            }
+            let (nonce, aid) = (adm.nonce, adm.aid);
+            match s.db.claim_released(code, adm, m.switches.claim_overwrites_unsynced) {
+                crate::arbiter::ClaimOutcome::Persisted => {
+                    s.redis.run(caps, Call::Persisted { code, nonce, aid }, None, true);
+                }
+                crate::arbiter::ClaimOutcome::OtherReleaseUnsynced => {}
+                _ => {
+                    s.redis.run(caps, Call::Undo { code, nonce, aid, seat_held: false }, None, true);
+                }
+            }
+        }
+        for code in 0..s.clients.len() as u8 {
+            let Some(row) = s.db.rows[code as usize].filter(|r| r.state == RowState::Released && !r.synced) else { continue };
+            s.redis.run(caps, Call::Release { code, nonce: row.nonce, aid: row.aid }, None, true);
+            s.db.mark_synced(code, row.aid);
+        }
+        s.redis.replicate_all(caps);
+        if (s.redis.primary.clone(), s.db.clone()) == before {
+            return s;
+        }
+    }
+    panic!("drain did not reach a fixpoint in 8 rounds: {s:#?}");
+}
+
+/// DESIGN invariant 3: counters equal held + paid rows level by level, nothing pending, and every
+/// release in the database is in Redis too.
+fn counters_match(m: &SeatRush, s: &State) -> bool {
+    let r = &s.redis.primary;
+    (0..m.caps().len()).all(|l| r.taken[l] as usize == s.db.holders(l as u8))
+        && r.pending == 0
+        && s.db.rows.iter().flatten().all(|row| row.state != RowState::Released || row.synced)
+}
+
+/// A final refusal (409, or 403 after close) for nonce N: no seat is held, in Redis or the
+/// database, by an admission of N that existed when the refusal was answered. (An admission a
+/// slower request of the same nonce makes later is not that refusal's doing.)
+fn refusals_hold_nothing(s: &State) -> bool {
+    s.ghost.refusals.iter().all(|&(c, nonce, born)| {
+        let row = s.db.rows[c as usize].filter(|r| r.holds_seat()).map(|r| (r.nonce, r.aid));
+        let rec = s.redis.primary.records[c as usize].map(|r| (r.nonce, r.aid));
+        [row, rec].into_iter().flatten().all(|(n, aid)| n != nonce || born & bit(aid) == 0)
+    })
+}

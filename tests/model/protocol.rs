@@ -1,0 +1,173 @@
+//! The state of the whole system, the actions that move it, and the `stateright::Model` that ties
+//! them together. Every action is one atomic step of one actor (see `actors.rs`), or a fault.
+
+use crate::actors::{Client, Job, Request};
+use crate::arbiter::Db;
+use crate::replication::Replicated;
+use crate::scripts::Redis;
+use stateright::{Model, Property};
+
+/// How big a world the checker explores.
+#[derive(Clone, Debug)]
+pub struct Bounds {
+    pub seats: u8,
+    /// Cap per level.
+    pub caps: Vec<u8>,
+    /// The level each client books (one client per code).
+    pub client_levels: Vec<u8>,
+    pub requests_per_client: u8,
+    pub nonces_per_client: u8,
+    pub serves: u8,
+    pub failovers: u8,
+    pub crashes: u8,
+    pub closes: u8,
+    pub cancels: u8,
+    pub pays: u8,
+}
+
+impl Bounds {
+    pub fn clients(&self) -> usize {
+        self.client_levels.len()
+    }
+}
+
+/// Today's bugs, restored one at a time to prove the checker can find them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Switches {
+    /// An undo after a short `WAIT` or a database refusal runs undo.lua directly, without the
+    /// arbiter (today's guard only asks "still pending?"). Hole 1.
+    pub old_undo_guard: bool,
+    /// A release is marked synced as soon as release.lua answered, without a `WAIT`. Hole 3.
+    pub release_without_wait: bool,
+    /// release.lua writes nothing when its guard fails (no `INCR {ev:ID}:syncs`), so a later
+    /// `WAIT` on another connection can be acknowledged before an earlier run's deletion reached
+    /// the replica.
+    pub release_without_write: bool,
+    /// The undo's claim (`Store::reap`'s upsert) overwrites a row released for another admission
+    /// even while that release is not yet synced, and sets `redis_synced = 1` (main today).
+    pub claim_overwrites_unsynced: bool,
+}
+
+/// The checked system: its bounds and which of today's bugs are switched back on.
+#[derive(Clone, Debug)]
+pub struct SeatRush {
+    pub bounds: Bounds,
+    pub switches: Switches,
+}
+
+/// Faults and operator actions used so far, against their bounds.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Spent {
+    pub failovers: u8,
+    pub crashes: u8,
+    pub closes: u8,
+    pub cancels: u8,
+    pub pays: u8,
+}
+
+/// What the properties need to know about the past (never read by the protocol).
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Ghost {
+    /// Bit `aid`: admission ids created so far.
+    pub born: u32,
+    /// Per client, bit `aid`: admissions it was told 201 for.
+    pub told: Vec<u32>,
+    /// Bit `aid`: admissions released by hold expiry or cancel (a 201 may end that way).
+    pub released_legitimately: u32,
+    /// (client, nonce, admissions born before the answer): final refusals answered.
+    pub refusals: Vec<(u8, u8, u32)>,
+    /// A 201 was answered for a hold that had already run out.
+    pub expired_201: bool,
+    /// A failover happened while the replica lacked some writes.
+    pub lost_writes: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct State {
+    pub redis: Replicated,
+    pub db: Db,
+    pub clients: Vec<Client>,
+    pub requests: Vec<Request>,
+    pub jobs: Vec<Job>,
+    pub closed: bool,
+    pub spent: Spent,
+    pub ghost: Ghost,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Action {
+    /// A client sends a booking: a retry of its current nonce, or a fresh nonce.
+    Book { client: u8, fresh: bool },
+    /// A client stops waiting for its answer (the request goes on without it).
+    GiveUp { client: u8 },
+    /// A request takes its next step; `acked` chooses the `WAIT` outcome.
+    Step { request: u8, acked: bool },
+    /// A serve starts its background pass: reaper, then hold expiry, then release sync, each
+    /// reading its list as it starts.
+    StartPass { serve: u8 },
+    /// A job takes its next step; `acked` chooses the `WAIT` outcome.
+    JobStep { job: u8, acked: bool },
+    Pay { client: u8 },
+    Cancel { client: u8 },
+    /// The shared clock passes a held row's `hold_until`.
+    HoldRunsOut { client: u8 },
+    /// The replica, having received `received` more of the writes it lacked, is promoted.
+    Failover { received: u8 },
+    Crash { serve: u8 },
+    Close,
+}
+
+/// Admission ids: request `k` of client `c`.
+pub fn admission_id(client: u8, k: u8) -> u8 {
+    client * 8 + k
+}
+
+pub fn bit(aid: u8) -> u32 {
+    1 << aid
+}
+
+impl SeatRush {
+    pub fn new(bounds: Bounds, switches: Switches) -> Self {
+        assert!(bounds.requests_per_client <= 8 && bounds.clients() <= 4, "admission ids must fit a u32 bit set");
+        SeatRush { bounds, switches }
+    }
+
+    pub fn caps(&self) -> &[u8] {
+        &self.bounds.caps
+    }
+
+}
+
+impl Model for SeatRush {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let b = &self.bounds;
+        let redis = Redis::opened(b.clients(), b.caps.len(), b.seats);
+        vec![State {
+            redis: Replicated::new(redis),
+            db: Db::new(b.clients()),
+            clients: vec![Client::default(); b.clients()],
+            requests: Vec::new(),
+            jobs: Vec::new(),
+            closed: false,
+            spent: Spent::default(),
+            ghost: Ghost { told: vec![0; b.clients()], ..Ghost::default() },
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        crate::steps::enabled(self, s, actions);
+    }
+
+    fn next_state(&self, s: &State, action: Action) -> Option<State> {
+        let mut next = s.clone();
+        crate::steps::apply(self, &mut next, action);
+        Some(next)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        crate::properties::all()
+    }
+}

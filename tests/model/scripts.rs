@@ -1,0 +1,169 @@
+//! The model's Redis: one event's keys as small values, and the four Lua scripts of `lua/` as pure
+//! functions on them. `lua_match.rs` runs these and the real scripts on the same random inputs
+//! against a real Redis, so what the checker explores is what the scripts decide.
+//!
+//! Codes are client indices (a raw code never exists in the model), nonces and admission ids are
+//! small numbers, time is left out: `admitted-ms` and the pending scores only order the reaper's
+//! work, and the model lets the reaper take any pending entry at any moment.
+
+/// One `adm` record: "nonce admission-id slot level admitted-ms", less the time.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Record {
+    pub nonce: u8,
+    pub aid: u8,
+    pub slot: u8,
+    pub level: u8,
+}
+
+/// One event's keys. Bit `s` of `free` is seat `s + 1`; bit `c` of `pending` is code `c`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Redis {
+    /// `{ev:ID}:adm`, by code.
+    pub records: Vec<Option<Record>>,
+    /// `{ev:ID}:taken`, by level.
+    pub taken: Vec<u8>,
+    /// `{ev:ID}:free`.
+    pub free: u16,
+    /// `{ev:ID}:pending`.
+    pub pending: u16,
+}
+
+/// What a script call did to the keyspace, which decides what reaches the replication stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Nothing was written: nothing is replicated and `WAIT` is not moved.
+    Nothing,
+    /// A write that changes nothing a replica does not already get from earlier writes (admit's
+    /// rewrite of a retry's record, release's `INCR syncs`): it only moves the connection's
+    /// replication offset, so a later `WAIT` covers everything before it.
+    Touch,
+    /// The keyspace changed.
+    Changed,
+}
+
+/// admit.lua's reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdmitReply {
+    /// A new admission, or a retry's original one: `{slot, admitted-ms, admission-id, level}`.
+    Admitted(Record),
+    /// -1: the code is admitted under another nonce.
+    AlreadyAdmitted,
+    /// -3
+    LevelFull,
+    /// -2
+    SoldOut,
+    /// -4: with "retry-only" (a gate refused the request), anything but this nonce's admission.
+    NotARetry,
+    /// `ERR unknown level`
+    UnknownLevel,
+}
+
+/// One script call, as the replication stream carries it (scripts are deterministic on the
+/// state the replica has when it applies them, which is the state the primary had).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Call {
+    Admit { code: u8, nonce: u8, level: u8, aid: u8, retry_only: bool },
+    Undo { code: u8, nonce: u8, aid: u8, seat_held: bool },
+    Release { code: u8, nonce: u8, aid: u8 },
+    Persisted { code: u8, nonce: u8, aid: u8 },
+}
+
+impl Redis {
+    /// A freshly opened event: every seat free, nothing taken.
+    pub fn opened(codes: usize, levels: usize, seats: u8) -> Self {
+        Redis { records: vec![None; codes], taken: vec![0; levels], free: (1u16 << seats) - 1, pending: 0 }
+    }
+
+    /// Runs one call; the integer reply of undo/release/persisted is 1 for changed.
+    pub fn apply(&mut self, caps: &[u8], call: Call) -> (Option<AdmitReply>, bool, Write) {
+        match call {
+            Call::Admit { code, nonce, level, aid, retry_only } => {
+                let (reply, write) = self.admit(caps, code, nonce, level, aid, retry_only);
+                (Some(reply), matches!(reply, AdmitReply::Admitted(_)), write)
+            }
+            Call::Undo { code, nonce, aid, seat_held } => {
+                let changed = self.undo(code, nonce, aid, seat_held);
+                (None, changed, if changed { Write::Changed } else { Write::Nothing })
+            }
+            Call::Release { code, nonce, aid } => {
+                let changed = self.release(code, nonce, aid);
+                (None, changed, if changed { Write::Changed } else { Write::Touch })
+            }
+            Call::Persisted { code, nonce, aid } => {
+                let changed = self.persisted(code, nonce, aid);
+                (None, changed, if changed { Write::Changed } else { Write::Nothing })
+            }
+        }
+    }
+
+    /// admit.lua: the same nonce gets its original admission back (rewritten, so a later WAIT
+    /// covers it), another nonce -1, then the level cap -3, then a free seat -2, then admit.
+    /// `retry_only`: anything but the first answer is -4.
+    pub fn admit(&mut self, caps: &[u8], code: u8, nonce: u8, level: u8, aid: u8, retry_only: bool) -> (AdmitReply, Write) {
+        if let Some(record) = self.records[code as usize] {
+            if record.nonce == nonce {
+                return (AdmitReply::Admitted(record), Write::Touch);
+            }
+            if retry_only {
+                return (AdmitReply::NotARetry, Write::Nothing);
+            }
+            return (AdmitReply::AlreadyAdmitted, Write::Nothing);
+        }
+        if retry_only {
+            return (AdmitReply::NotARetry, Write::Nothing);
+        }
+        let Some(&cap) = caps.get(level as usize) else { return (AdmitReply::UnknownLevel, Write::Nothing) };
+        if self.taken[level as usize] >= cap {
+            return (AdmitReply::LevelFull, Write::Nothing);
+        }
+        if self.free == 0 {
+            return (AdmitReply::SoldOut, Write::Nothing);
+        }
+        let seat = self.free.trailing_zeros() as u8;
+        self.free &= !(1 << seat);
+        self.taken[level as usize] += 1;
+        let record = Record { nonce, aid, slot: seat + 1, level };
+        self.records[code as usize] = Some(record);
+        self.pending |= 1 << code;
+        (AdmitReply::Admitted(record), Write::Changed)
+    }
+
+    /// undo.lua: only the record of this nonce and admission id, and only while pending.
+    pub fn undo(&mut self, code: u8, nonce: u8, aid: u8, seat_held: bool) -> bool {
+        let Some(record) = self.record_of(code, nonce, aid) else { return false };
+        if self.pending & (1 << code) == 0 {
+            return false;
+        }
+        self.drop_record(code, record, !seat_held);
+        true
+    }
+
+    /// release.lua: the record of this nonce and admission id, pending or not.
+    pub fn release(&mut self, code: u8, nonce: u8, aid: u8) -> bool {
+        let Some(record) = self.record_of(code, nonce, aid) else { return false };
+        self.drop_record(code, record, true);
+        true
+    }
+
+    /// persisted.lua: drop the pending entry of this nonce and admission id.
+    pub fn persisted(&mut self, code: u8, nonce: u8, aid: u8) -> bool {
+        if self.record_of(code, nonce, aid).is_none() || self.pending & (1 << code) == 0 {
+            return false;
+        }
+        self.pending &= !(1 << code);
+        true
+    }
+
+    fn record_of(&self, code: u8, nonce: u8, aid: u8) -> Option<Record> {
+        self.records[code as usize].filter(|r| r.nonce == nonce && r.aid == aid)
+    }
+
+    fn drop_record(&mut self, code: u8, record: Record, seat_back: bool) {
+        self.records[code as usize] = None;
+        self.pending &= !(1 << code);
+        if seat_back {
+            self.free |= 1 << (record.slot - 1);
+        }
+        self.taken[record.level as usize] -= 1;
+    }
+}

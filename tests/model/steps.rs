@@ -1,0 +1,340 @@
+//! The bodies of `Model::actions` and `Model::next_state`: which steps are enabled in a state,
+//! and what each does. Each request and job step maps to one call in the real code (MODEL.md).
+
+use crate::actors::{Answer, Job, JobKind, PassKind, Pc, Request, Task};
+use crate::arbiter::{ClaimOutcome, HoldOutcome, RowState};
+use crate::protocol::{admission_id, bit, Action, SeatRush, State};
+use crate::replication::Conn;
+use crate::scripts::{AdmitReply, Call, Record};
+
+pub fn enabled(m: &SeatRush, s: &State, out: &mut Vec<Action>) {
+    let b = &m.bounds;
+    for (c, client) in s.clients.iter().enumerate() {
+        let c = c as u8;
+        let waiting = s.requests.iter().any(|r| r.client == c && r.listened);
+        if waiting {
+            out.push(Action::GiveUp { client: c });
+        } else if client.requests_used < b.requests_per_client {
+            if client.nonces_used > 0 && !client.settled {
+                out.push(Action::Book { client: c, fresh: false });
+            }
+            if client.nonces_used < b.nonces_per_client {
+                out.push(Action::Book { client: c, fresh: true });
+            }
+        }
+        if let Some(row) = s.db.rows[c as usize] {
+            let running = row.state == RowState::Held && !row.expired;
+            if running && s.spent.pays < b.pays {
+                out.push(Action::Pay { client: c });
+            }
+            // Holds last minutes, a request's last steps milliseconds: a hold does not run out
+            // between the database deciding a 201 and the 201 going out.
+            if running && !s.requests.iter().any(|r| r.client == c && r.pc.answering_admitted()) {
+                out.push(Action::HoldRunsOut { client: c });
+            }
+            if row.holds_seat() && s.spent.cancels < b.cancels {
+                out.push(Action::Cancel { client: c });
+            }
+        }
+    }
+    for r in &s.requests {
+        if let Pc::Wait { epoch, .. } = r.pc {
+            if epoch == s.redis.epoch {
+                out.push(Action::Step { request: r.id, acked: true });
+            }
+        }
+        out.push(Action::Step { request: r.id, acked: false });
+    }
+    for serve in 0..b.serves {
+        let busy = s.jobs.iter().any(|j| j.serve == serve && matches!(j.kind, JobKind::Pass(_)));
+        if !busy && next_stage(s, None).is_some() {
+            out.push(Action::StartPass { serve });
+        }
+    }
+    for (j, job) in s.jobs.iter().enumerate() {
+        if let Task::ReleaseWait { epoch, .. } = job.tasks[0] {
+            if epoch == s.redis.epoch {
+                out.push(Action::JobStep { job: j as u8, acked: true });
+            }
+        }
+        out.push(Action::JobStep { job: j as u8, acked: false });
+    }
+    if s.spent.failovers < b.failovers {
+        for received in 0..=s.redis.backlog.len() as u8 {
+            out.push(Action::Failover { received });
+        }
+    }
+    if s.spent.crashes < b.crashes {
+        for serve in 0..b.serves {
+            if s.requests.iter().any(|r| r.serve == serve) || s.jobs.iter().any(|j| j.serve == serve) {
+                out.push(Action::Crash { serve });
+            }
+        }
+    }
+    if s.spent.closes < b.closes {
+        out.push(Action::Close);
+    }
+}
+
+pub fn apply(m: &SeatRush, s: &mut State, action: Action) {
+    match action {
+        Action::Book { client, fresh } => book(m, s, client, fresh),
+        Action::GiveUp { client } => {
+            let r = s.requests.iter_mut().find(|r| r.client == client && r.listened).expect("enabled only while waiting");
+            r.listened = false;
+        }
+        Action::Step { request, acked } => {
+            let i = s.requests.iter().position(|r| r.id == request).expect("enabled only in flight");
+            request_step(m, s, i, acked);
+        }
+        Action::StartPass { serve } => {
+            let (stage, tasks) = next_stage(s, None).expect("enabled only with work to do");
+            s.jobs.push(Job { serve, kind: JobKind::Pass(stage), tasks });
+        }
+        Action::JobStep { job, acked } => job_step(m, s, job as usize, acked),
+        Action::Pay { client } => {
+            s.spent.pays += 1;
+            s.db.pay(client);
+        }
+        Action::Cancel { client } => {
+            s.spent.cancels += 1;
+            let serve = client % m.bounds.serves;
+            s.jobs.push(Job { serve, kind: JobKind::Cancel, tasks: vec![Task::Cancel { code: client }] });
+        }
+        Action::HoldRunsOut { client } => {
+            s.db.rows[client as usize].as_mut().expect("enabled only with a row").expired = true;
+        }
+        Action::Failover { received } => {
+            s.spent.failovers += 1;
+            s.ghost.lost_writes |= s.redis.backlog.len() > received as usize;
+            s.redis.failover(m.caps(), received as usize);
+        }
+        Action::Crash { serve } => {
+            s.spent.crashes += 1;
+            s.requests.retain(|r| r.serve != serve);
+            s.jobs.retain(|j| j.serve != serve);
+            s.redis.forget_connections(serve);
+        }
+        Action::Close => {
+            s.spent.closes += 1;
+            s.closed = true;
+        }
+    }
+}
+
+/// A client sends a request; the read-only gates run as it arrives. After `close` only a retry
+/// whose nonce the code's record carries goes on (DESIGN: "recognised before a gate").
+fn book(m: &SeatRush, s: &mut State, c: u8, fresh: bool) {
+    let b = &m.bounds;
+    let client = &mut s.clients[c as usize];
+    let k = client.requests_used;
+    client.requests_used += 1;
+    if fresh {
+        client.nonces_used += 1;
+    }
+    client.settled = false;
+    let nonce = client.nonces_used - 1;
+    let request = Request {
+        id: admission_id(c, k),
+        client: c,
+        nonce,
+        level: b.client_levels[c as usize],
+        serve: (c + k) % b.serves,
+        listened: true,
+        retry_only: s.closed,
+        pc: Pc::Admit,
+    };
+    let retry_of_record = s.redis.primary.records[c as usize].is_some_and(|r| r.nonce == nonce);
+    s.requests.push(request);
+    if s.closed && !retry_of_record {
+        finish(s, s.requests.len() - 1, Answer::Closed);
+    }
+}
+
+fn request_step(m: &SeatRush, s: &mut State, i: usize, acked: bool) {
+    let r = s.requests[i];
+    let code = r.client;
+    let next = match r.pc {
+        Pc::Admit => {
+            let call = Call::Admit { code, nonce: r.nonce, level: r.level, aid: r.id, retry_only: r.retry_only };
+            let (reply, _) = s.redis.run(m.caps(), call, Some(Conn::Committer(r.serve)), true);
+            match reply.expect("admit replies") {
+                AdmitReply::Admitted(adm) => {
+                    if adm.aid == r.id {
+                        s.ghost.born |= bit(r.id);
+                    }
+                    Pc::Wait { adm, epoch: s.redis.epoch }
+                }
+                AdmitReply::AlreadyAdmitted => return finish(s, i, Answer::AlreadyAdmitted),
+                AdmitReply::LevelFull => return finish(s, i, Answer::LevelFull),
+                AdmitReply::SoldOut => return finish(s, i, Answer::SoldOut),
+                AdmitReply::NotARetry => return finish(s, i, Answer::Closed),
+                AdmitReply::UnknownLevel => unreachable!("the shape gate refuses unknown levels"),
+            }
+        }
+        // The connection reached a primary that has since failed over: a Redis error, 503, and
+        // the admission (if the new primary has it) stays pending for the reaper.
+        Pc::Wait { epoch, .. } if epoch != s.redis.epoch => return finish(s, i, Answer::Retry),
+        Pc::Wait { adm, .. } if acked => {
+            s.redis.acknowledge(m.caps(), Conn::Committer(r.serve));
+            Pc::Hold { adm }
+        }
+        Pc::Wait { adm, .. } => settle(m, adm, false, Answer::Retry),
+        Pc::Hold { adm } => match s.db.hold(m.caps(), m.bounds.seats, code, adm) {
+            HoldOutcome::Held => Pc::Persist { adm, answer: Answer::Admitted(adm.aid) },
+            // Never a 201 whose payment window has already run out.
+            HoldOutcome::AlreadyHeld { expired: true } => Pc::Persist { adm, answer: Answer::Retry },
+            HoldOutcome::AlreadyHeld { expired: false } => Pc::Persist { adm, answer: Answer::Admitted(adm.aid) },
+            HoldOutcome::SameNonceHolds(row) => {
+                let ran_out = row.state == RowState::Held && row.expired;
+                settle(m, adm, false, if ran_out { Answer::Retry } else { Answer::Admitted(row.aid) })
+            }
+            // The row says released for this admission, so its undo is safe.
+            HoldOutcome::ReaperWon => Pc::Undo { adm, seat_held: false, answer: Answer::Retry },
+            HoldOutcome::CodeHasSeat => settle(m, adm, false, Answer::AlreadyAdmitted),
+            HoldOutcome::LevelFull => settle(m, adm, false, Answer::LevelFull),
+            HoldOutcome::SoldOut => settle(m, adm, false, Answer::SoldOut),
+            HoldOutcome::SeatTaken => settle(m, adm, true, Answer::Retry),
+        },
+        Pc::Persist { adm, answer } => {
+            s.redis.run(m.caps(), Call::Persisted { code, nonce: adm.nonce, aid: adm.aid }, None, true);
+            return finish(s, i, answer);
+        }
+        Pc::Settle { adm, seat_held, answer } => match s.db.claim_released(code, adm, m.switches.claim_overwrites_unsynced) {
+            ClaimOutcome::Released | ClaimOutcome::OtherHolds => Pc::Undo { adm, seat_held, answer },
+            ClaimOutcome::Persisted => Pc::Persist { adm, answer },
+            // Left pending for the reaper, which settles it once that release is synced.
+            ClaimOutcome::OtherReleaseUnsynced => return finish(s, i, Answer::Retry),
+        },
+        Pc::Undo { adm, seat_held, answer } => {
+            s.redis.run(m.caps(), Call::Undo { code, nonce: adm.nonce, aid: adm.aid, seat_held }, None, true);
+            return finish(s, i, answer);
+        }
+    };
+    s.requests[i].pc = next;
+}
+
+/// Every undo goes through the arbiter, unless `old_undo_guard` restores today's bare undo.
+fn settle(m: &SeatRush, adm: Record, seat_held: bool, answer: Answer) -> Pc {
+    if m.switches.old_undo_guard {
+        Pc::Undo { adm, seat_held, answer }
+    } else {
+        Pc::Settle { adm, seat_held, answer }
+    }
+}
+
+/// The request answers: the client hears it if it still waits; the ghost remembers it.
+fn finish(s: &mut State, i: usize, answer: Answer) {
+    let r = s.requests.remove(i);
+    let code = r.client as usize;
+    match answer {
+        Answer::Admitted(aid) => {
+            s.ghost.told[code] |= bit(aid);
+            let row = s.db.rows[code].filter(|row| row.aid == aid);
+            if row.is_some_and(|row| row.expired && row.state != RowState::Paid) {
+                s.ghost.expired_201 = true;
+            }
+        }
+        a if a.is_refusal() => {
+            s.ghost.refusals.push((r.client, r.nonce, s.ghost.born));
+            s.ghost.refusals.sort_unstable();
+            s.ghost.refusals.dedup();
+        }
+        _ => {}
+    }
+    if r.listened {
+        s.clients[code].settled = answer != Answer::Retry;
+    }
+}
+
+/// The first stage after `after` whose list (read now) is not empty, with that list.
+fn next_stage(s: &State, after: Option<PassKind>) -> Option<(PassKind, Vec<Task>)> {
+    [PassKind::Reap, PassKind::Expire, PassKind::Sync]
+        .into_iter()
+        .filter(|&k| after.is_none_or(|a| k > a))
+        .map(|k| (k, pass_list(s, k)))
+        .find(|(_, tasks)| !tasks.is_empty())
+}
+
+/// A background stage reads its list now and works through it later.
+fn pass_list(s: &State, kind: PassKind) -> Vec<Task> {
+    let rows = s.db.rows.iter().enumerate().filter_map(|(c, r)| r.map(|r| (c as u8, r)));
+    match kind {
+        PassKind::Reap => (0..s.clients.len() as u8)
+            .filter(|&c| s.redis.primary.pending & (1 << c) != 0)
+            .filter_map(|c| s.redis.primary.records[c as usize].map(|adm| Task::ReapClaim { code: c, adm }))
+            .collect(),
+        PassKind::Expire => rows
+            .filter(|(_, r)| r.state == RowState::Held && r.expired)
+            .map(|(code, r)| Task::Expire { code, aid: r.aid })
+            .collect(),
+        PassKind::Sync => rows
+            .filter(|(_, r)| r.state == RowState::Released && !r.synced)
+            .map(|(code, r)| Task::ReleaseScript { code, adm: r.record() })
+            .collect(),
+    }
+}
+
+fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
+    let serve = s.jobs[j].serve;
+    let next = match s.jobs[j].tasks[0] {
+        Task::ReapClaim { code, adm } => match s.db.claim_released(code, adm, m.switches.claim_overwrites_unsynced) {
+            ClaimOutcome::Released | ClaimOutcome::OtherHolds => Some(Task::ReapUndo { code, adm }),
+            ClaimOutcome::Persisted => Some(Task::ReapPersisted { code, adm }),
+            ClaimOutcome::OtherReleaseUnsynced => None,
+        },
+        Task::ReapUndo { code, adm } => {
+            s.redis.run(m.caps(), Call::Undo { code, nonce: adm.nonce, aid: adm.aid, seat_held: false }, None, true);
+            None
+        }
+        Task::ReapPersisted { code, adm } => {
+            s.redis.run(m.caps(), Call::Persisted { code, nonce: adm.nonce, aid: adm.aid }, None, true);
+            None
+        }
+        Task::Expire { code, aid } => s.db.expire(code, aid).map(|row| {
+            s.ghost.released_legitimately |= bit(row.aid);
+            Task::ReleaseScript { code, adm: row.record() }
+        }),
+        Task::Cancel { code } => s.db.cancel(code).map(|row| {
+            s.ghost.released_legitimately |= bit(row.aid);
+            Task::ReleaseScript { code, adm: row.record() }
+        }),
+        Task::ReleaseScript { code, adm } => {
+            let call = Call::Release { code, nonce: adm.nonce, aid: adm.aid };
+            s.redis.run(m.caps(), call, Some(Conn::Release(serve)), !m.switches.release_without_write);
+            if m.switches.release_without_wait {
+                Some(Task::MarkSynced { code, aid: adm.aid })
+            } else {
+                Some(Task::ReleaseWait { code, adm, epoch: s.redis.epoch })
+            }
+        }
+        // Short, or the connection broke in a failover: the row stays unsynced for the next pass.
+        Task::ReleaseWait { code, adm, epoch } => (acked && epoch == s.redis.epoch).then(|| {
+            s.redis.acknowledge(m.caps(), Conn::Release(serve));
+            Task::MarkSynced { code, aid: adm.aid }
+        }),
+        Task::MarkSynced { code, aid } => {
+            s.db.mark_synced(code, aid);
+            None
+        }
+    };
+    let job = &mut s.jobs[j];
+    match next {
+        Some(task) => job.tasks[0] = task,
+        None => {
+            job.tasks.remove(0);
+            if job.tasks.is_empty() {
+                let next = match job.kind {
+                    JobKind::Pass(stage) => next_stage(s, Some(stage)),
+                    JobKind::Cancel => None,
+                };
+                match next {
+                    Some((stage, tasks)) => s.jobs[j] = Job { serve, kind: JobKind::Pass(stage), tasks },
+                    None => {
+                        s.jobs.remove(j);
+                    }
+                }
+            }
+        }
+    }
+}
