@@ -58,27 +58,38 @@ pub enum HoldOutcome {
 /// The undo's write (`Store::reap`, used by every undo).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClaimOutcome {
-    /// The row now says released for this admission, or already did: undo in Redis.
+    /// The claim stands (the row, or the tombstone, says released for this admission): undo.
     Released,
     /// This admission holds the row: do not undo, only drop the pending entry.
     Persisted,
     /// Another admission holds the row: this one is a phantom, undo it.
     OtherHolds,
-    /// The row is released for another admission whose release no replica has acknowledged yet
-    /// (`redis_synced = 0`): leave this one pending until that release is synced. Not with
-    /// `overwrite_unsynced` (today's upsert), which overwrites the row and sets `redis_synced = 1`,
-    /// forgetting that release (MODEL.md, finding 1).
-    OtherReleaseUnsynced,
+}
+
+/// How the arbiter records an undo's claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arbiter {
+    /// main today (`Store::reap` / `Store::hold`, one `UPSERT`): the claim overwrites a row that
+    /// is released for another admission (setting `redis_synced = 1`), and `hold` overwrites a
+    /// row released for another admission. A claim is therefore forgotten as soon as another
+    /// admission of the code claims or holds the row (MODEL.md, findings 1 and 2).
+    RowUpsert,
+    /// The fix the model checks: a claim is a tombstone per admission id that nothing removes
+    /// (e.g. a `released_admissions` table, primary key admission id); `hold` refuses a
+    /// tombstoned admission, and the claim never touches the row.
+    Tombstone,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Db {
     pub rows: Vec<Option<Row>>,
+    /// Bit `aid`: an undo claimed this admission (only with `Arbiter::Tombstone`).
+    pub tombstones: u32,
 }
 
 impl Db {
     pub fn new(codes: usize) -> Self {
-        Db { rows: vec![None; codes] }
+        Db { rows: vec![None; codes], tombstones: 0 }
     }
 
     /// Held and paid rows of one level.
@@ -90,20 +101,23 @@ impl Db {
         self.rows.iter().flatten().filter(|r| r.holds_seat()).count()
     }
 
-    /// The upsert's condition: no row, or a row released for another admission. The undo's claim
-    /// also spares a release not yet synced, unless `overwrite_unsynced`. (`hold` may overwrite
-    /// it: its admission was acknowledged, so the replica already has that earlier deletion.)
-    fn may_write(&self, code: u8, aid: u8, for_hold: bool, overwrite_unsynced: bool) -> bool {
+    /// The upsert's condition: no row, or a row released for another admission. (`hold` may
+    /// overwrite a release not yet synced: its admission was acknowledged after that release's
+    /// deletion ran on the same primary, so the replica has the deletion.)
+    fn may_write(&self, code: u8, aid: u8) -> bool {
         match self.rows[code as usize] {
             None => true,
-            Some(r) => r.state == RowState::Released && r.aid != aid && (for_hold || r.synced || overwrite_unsynced),
+            Some(r) => r.state == RowState::Released && r.aid != aid,
         }
     }
 
     /// `hold(adm)`: the upsert `held` (a seat number held twice is the unique index's refusal),
     /// then the level and event counters in the same transaction; else why not, from the row.
     pub fn hold(&mut self, caps: &[u8], seats: u8, code: u8, adm: Record) -> HoldOutcome {
-        if self.may_write(code, adm.aid, true, true) {
+        if self.tombstones & (1 << adm.aid) != 0 {
+            return HoldOutcome::ReaperWon;
+        }
+        if self.may_write(code, adm.aid) {
             let others = |r: &&Row| r.holds_seat();
             if self.rows.iter().enumerate().any(|(c, r)| c != code as usize && r.as_ref().filter(others).is_some_and(|r| r.slot == adm.slot)) {
                 return HoldOutcome::SeatTaken;
@@ -130,22 +144,30 @@ impl Db {
         }
     }
 
-    /// `claim_released(adm)`: the upsert `released` (no counters: a released row holds nothing),
+    /// `claim_released(adm)`: record that this admission is released unless it holds the row,
     /// then the row decides what the undo may do.
-    pub fn claim_released(&mut self, code: u8, adm: Record, overwrite_unsynced: bool) -> ClaimOutcome {
-        if self.may_write(code, adm.aid, false, overwrite_unsynced) {
-            self.rows[code as usize] = Some(Row {
-                nonce: adm.nonce, aid: adm.aid, slot: adm.slot, level: adm.level,
-                state: RowState::Released, expired: false, synced: true,
-            });
-            return ClaimOutcome::Released;
-        }
-        let row = self.rows[code as usize].expect("may_write is true without a row");
-        match row {
-            r if r.aid == adm.aid && r.holds_seat() => ClaimOutcome::Persisted,
-            r if r.aid == adm.aid => ClaimOutcome::Released,
-            r if r.holds_seat() => ClaimOutcome::OtherHolds,
-            _ => ClaimOutcome::OtherReleaseUnsynced,
+    pub fn claim_released(&mut self, code: u8, adm: Record, arbiter: Arbiter) -> ClaimOutcome {
+        let row = self.rows[code as usize];
+        match arbiter {
+            Arbiter::Tombstone => match row {
+                Some(r) if r.aid == adm.aid && r.holds_seat() => ClaimOutcome::Persisted,
+                _ => {
+                    self.tombstones |= 1 << adm.aid;
+                    ClaimOutcome::Released
+                }
+            },
+            Arbiter::RowUpsert if self.may_write(code, adm.aid) => {
+                self.rows[code as usize] = Some(Row {
+                    nonce: adm.nonce, aid: adm.aid, slot: adm.slot, level: adm.level,
+                    state: RowState::Released, expired: false, synced: true,
+                });
+                ClaimOutcome::Released
+            }
+            Arbiter::RowUpsert => match row.expect("may_write is true without a row") {
+                r if r.aid == adm.aid && r.holds_seat() => ClaimOutcome::Persisted,
+                r if r.aid == adm.aid => ClaimOutcome::Released,
+                _ => ClaimOutcome::OtherHolds,
+            },
         }
     }
 

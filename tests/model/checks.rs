@@ -5,22 +5,46 @@ use crate::protocol::{Bounds, SeatRush, Switches};
 use stateright::{Checker, HasDiscoveries, Model};
 use std::time::Instant;
 
-/// 2 clients sharing a level capped at 1, 2 seats, 2 serves, 1 failover, 1 crash; each client
-/// sends up to 3 requests with up to 2 nonces.
-pub fn bounded() -> Bounds {
+/// The bounds of the normal test command, three focused worlds (each is small enough to explore in
+/// seconds in a debug build on 2 busy cores; one world with all of it is the deep check's job):
+/// every world has 2 seats, 2 serves (one background pass at a time), hold expiry and the reaper.
+fn world(client_levels: Vec<u8>, requests: Vec<u8>, nonces: Vec<u8>) -> Bounds {
     Bounds {
         seats: 2,
-        caps: vec![1],
-        client_levels: vec![0, 0],
-        requests_per_client: 3,
-        nonces_per_client: 2,
+        caps: vec![1, 2],
+        client_levels,
+        requests,
+        nonces,
         serves: 2,
-        failovers: 1,
-        crashes: 1,
+        passes_at_once: 1,
+        failovers: 0,
+        crashes: 0,
         closes: 0,
         cancels: 0,
         pays: 0,
     }
+}
+
+/// One code that retries and books again (2 requests, 2 nonces), with 1 failover and 1 crash.
+pub fn one_code_with_faults() -> Bounds {
+    Bounds { failovers: 1, crashes: 1, ..world(vec![0], vec![2], vec![2]) }
+}
+
+/// Two codes contending for one level capped at 1, one request each, 1 failover and 1 crash.
+pub fn two_codes_with_faults() -> Bounds {
+    Bounds { failovers: 1, crashes: 1, ..world(vec![0, 0], vec![1, 1], vec![1, 1]) }
+}
+
+/// One code that retries and books again, with `close`, a cancel and a payment.
+pub fn one_code_with_operator() -> Bounds {
+    Bounds { closes: 1, cancels: 1, pays: 1, ..world(vec![0], vec![2], vec![2]) }
+}
+
+/// The deep check: two codes on one level capped at 1, the first retrying and booking again
+/// (3 requests, 2 nonces), the second with 2 requests, every fault and operator action once, two
+/// background passes at once.
+pub fn deep() -> Bounds {
+    Bounds { failovers: 1, crashes: 1, closes: 1, cancels: 1, pays: 1, passes_at_once: 2, ..world(vec![0, 0], vec![3, 2], vec![2, 2]) }
 }
 
 fn threads() -> usize {
@@ -30,7 +54,8 @@ fn threads() -> usize {
 /// Explores every reachable state and panics (with the trace) on any counterexample.
 fn check_all(model: SeatRush, label: &str) {
     let started = Instant::now();
-    let checker = model.checker().threads(threads()).spawn_bfs().join();
+    let mut out = std::io::stdout();
+    let checker = model.checker().threads(threads()).spawn_bfs().join_and_report(&mut stateright::report::WriteReporter::new(&mut out));
     println!(
         "{label}: {} states ({} unique), max depth {}, {:.1} s",
         checker.state_count(),
@@ -38,7 +63,16 @@ fn check_all(model: SeatRush, label: &str) {
         checker.max_depth(),
         started.elapsed().as_secs_f64()
     );
-    checker.assert_properties();
+    let found: Vec<&str> = checker.discoveries().keys().copied().collect();
+    let model = checker.model();
+    for property in model.properties().iter().filter(|p| p.expectation == stateright::Expectation::Always) {
+        if let Some(path) = checker.discovery(property.name) {
+            println!("{label}: counterexample to {:?}:", property.name);
+            crate::trace::print(model, path);
+            panic!("{label}: {:?} does not hold", property.name);
+        }
+    }
+    println!("{label}: reached {found:?}");
 }
 
 /// Runs until the first counterexample, prints its trace and returns the property's name.
@@ -61,24 +95,74 @@ fn find_counterexample(model: SeatRush, label: &str) -> &'static str {
 }
 
 #[test]
-fn bounded_protocol_keeps_every_property() {
-    check_all(SeatRush::new(bounded(), Switches::default()), "bounded");
+fn one_code_with_faults_keeps_every_property() {
+    check_all(SeatRush::new(one_code_with_faults(), Switches::default()), "one code, faults");
+}
+
+#[test]
+fn two_codes_with_faults_keep_every_property() {
+    check_all(SeatRush::new(two_codes_with_faults(), Switches::default()), "two codes, faults");
+}
+
+#[test]
+fn one_code_with_operator_keeps_every_property() {
+    check_all(SeatRush::new(one_code_with_operator(), Switches::default()), "one code, operator");
+}
+
+/// `cargo test --release --test model -- --ignored`; figures in MODEL.md.
+#[test]
+#[ignore]
+fn deep_check_keeps_every_property() {
+    check_all(SeatRush::new(deep(), Switches::default()), "deep");
+}
+
+fn switched(switches: Switches) -> SeatRush {
+    SeatRush::new(one_code_with_faults(), switches)
 }
 
 #[test]
 fn old_undo_guard_loses_a_held_seat() {
-    let switches = Switches { old_undo_guard: true, ..Switches::default() };
-    find_counterexample(SeatRush::new(bounded(), switches), "old_undo_guard");
+    find_counterexample(switched(Switches { old_undo_guard: true, ..Switches::default() }), "old_undo_guard");
 }
 
 #[test]
 fn release_without_wait_leaks_a_seat_after_failover() {
-    let switches = Switches { release_without_wait: true, ..Switches::default() };
-    find_counterexample(SeatRush::new(bounded(), switches), "release_without_wait");
+    find_counterexample(switched(Switches { release_without_wait: true, ..Switches::default() }), "release_without_wait");
 }
 
 #[test]
 fn release_without_write_leaks_a_seat_after_failover() {
-    let switches = Switches { release_without_write: true, ..Switches::default() };
-    find_counterexample(SeatRush::new(bounded(), switches), "release_without_write");
+    find_counterexample(switched(Switches { release_without_write: true, ..Switches::default() }), "release_without_write");
+}
+
+#[test]
+fn row_upsert_arbiter_forgets_a_claim() {
+    find_counterexample(switched(Switches { row_upsert_arbiter: true, ..Switches::default() }), "row_upsert_arbiter");
+}
+
+/// Explores a bound given as `MODEL_PROBE="clients requests nonces failovers crashes serves closes
+/// cancels pays passes_at_once"` (clients alternate between two levels capped at 1), printing progress; for
+/// sizing the checks on a new machine.
+#[test]
+#[ignore]
+fn probe_a_bound() {
+    let spec = std::env::var("MODEL_PROBE").unwrap_or_else(|_| "2 2 2 1 1 2 0 0 0".into());
+    let n: Vec<u8> = spec.split_whitespace().map(|x| x.parse().expect("numbers")).collect();
+    // Client 0 may get its own budget: MODEL_PROBE_FIRST="requests nonces".
+    let first: Vec<u8> = std::env::var("MODEL_PROBE_FIRST").map_or(vec![n[1], n[2]], |f| f.split_whitespace().map(|x| x.parse().expect("numbers")).collect());
+    let bounds = Bounds {
+        seats: 2,
+        caps: vec![1, 1],
+        client_levels: (0..n[0]).map(|c| c % 2).collect(),
+        requests: (0..n[0]).map(|c| if c == 0 { first[0] } else { n[1] }).collect(),
+        nonces: (0..n[0]).map(|c| if c == 0 { first[1] } else { n[2] }).collect(),
+        failovers: n[3],
+        crashes: n[4],
+        serves: n[5],
+        passes_at_once: n[9],
+        closes: n[6],
+        cancels: n[7],
+        pays: n[8],
+    };
+    check_all(SeatRush::new(bounds, Switches::default()), &format!("probe {spec}"));
 }

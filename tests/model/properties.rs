@@ -96,11 +96,10 @@ pub fn drain(m: &SeatRush, s: &State) -> State {
                 continue;
             }
             let (nonce, aid) = (adm.nonce, adm.aid);
-            match s.db.claim_released(code, adm, m.switches.claim_overwrites_unsynced) {
+            match s.db.claim_released(code, adm, m.arbiter()) {
                 crate::arbiter::ClaimOutcome::Persisted => {
                     s.redis.run(caps, Call::Persisted { code, nonce, aid }, None, true);
                 }
-                crate::arbiter::ClaimOutcome::OtherReleaseUnsynced => {}
                 _ => {
                     s.redis.run(caps, Call::Undo { code, nonce, aid, seat_held: false }, None, true);
                 }

@@ -15,9 +15,12 @@ pub struct Bounds {
     pub caps: Vec<u8>,
     /// The level each client books (one client per code).
     pub client_levels: Vec<u8>,
-    pub requests_per_client: u8,
-    pub nonces_per_client: u8,
+    /// Requests each client may send, and fresh nonces it may use among them.
+    pub requests: Vec<u8>,
+    pub nonces: Vec<u8>,
     pub serves: u8,
+    /// Background passes running at once (each on its own serve).
+    pub passes_at_once: u8,
     pub failovers: u8,
     pub crashes: u8,
     pub closes: u8,
@@ -43,9 +46,8 @@ pub struct Switches {
     /// `WAIT` on another connection can be acknowledged before an earlier run's deletion reached
     /// the replica.
     pub release_without_write: bool,
-    /// The undo's claim (`Store::reap`'s upsert) overwrites a row released for another admission
-    /// even while that release is not yet synced, and sets `redis_synced = 1` (main today).
-    pub claim_overwrites_unsynced: bool,
+    /// main's arbiter (`Arbiter::RowUpsert`) instead of the tombstone the model proposes.
+    pub row_upsert_arbiter: bool,
 }
 
 /// The checked system: its bounds and which of today's bugs are switched back on.
@@ -96,10 +98,9 @@ pub struct State {
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Action {
-    /// A client sends a booking: a retry of its current nonce, or a fresh nonce.
+    /// A client sends a booking: a retry of its current nonce, or a fresh nonce. If it was still
+    /// waiting for an earlier request, it has given up on it (that request goes on unheard).
     Book { client: u8, fresh: bool },
-    /// A client stops waiting for its answer (the request goes on without it).
-    GiveUp { client: u8 },
     /// A request takes its next step; `acked` chooses the `WAIT` outcome.
     Step { request: u8, acked: bool },
     /// A serve starts its background pass: reaper, then hold expiry, then release sync, each
@@ -128,12 +129,21 @@ pub fn bit(aid: u8) -> u32 {
 
 impl SeatRush {
     pub fn new(bounds: Bounds, switches: Switches) -> Self {
-        assert!(bounds.requests_per_client <= 8 && bounds.clients() <= 4, "admission ids must fit a u32 bit set");
+        assert!(bounds.requests.iter().all(|&r| r <= 8) && bounds.clients() <= 4, "admission ids must fit a u32 bit set");
+        assert!(bounds.requests.len() == bounds.clients() && bounds.nonces.len() == bounds.clients());
         SeatRush { bounds, switches }
     }
 
     pub fn caps(&self) -> &[u8] {
         &self.bounds.caps
+    }
+
+    pub fn arbiter(&self) -> crate::arbiter::Arbiter {
+        if self.switches.row_upsert_arbiter {
+            crate::arbiter::Arbiter::RowUpsert
+        } else {
+            crate::arbiter::Arbiter::Tombstone
+        }
     }
 
 }

@@ -11,14 +11,13 @@ pub fn enabled(m: &SeatRush, s: &State, out: &mut Vec<Action>) {
     let b = &m.bounds;
     for (c, client) in s.clients.iter().enumerate() {
         let c = c as u8;
-        let waiting = s.requests.iter().any(|r| r.client == c && r.listened);
-        if waiting {
-            out.push(Action::GiveUp { client: c });
-        } else if client.requests_used < b.requests_per_client {
+        // A client still waiting may time out and send again: its earlier request goes on
+        // without anyone listening.
+        if client.requests_used < b.requests[c as usize] {
             if client.nonces_used > 0 && !client.settled {
                 out.push(Action::Book { client: c, fresh: false });
             }
-            if client.nonces_used < b.nonces_per_client {
+            if client.nonces_used < b.nonces[c as usize] {
                 out.push(Action::Book { client: c, fresh: true });
             }
         }
@@ -45,7 +44,8 @@ pub fn enabled(m: &SeatRush, s: &State, out: &mut Vec<Action>) {
         }
         out.push(Action::Step { request: r.id, acked: false });
     }
-    for serve in 0..b.serves {
+    let passes = s.jobs.iter().filter(|j| matches!(j.kind, JobKind::Pass(_))).count();
+    for serve in (0..b.serves).filter(|_| passes < b.passes_at_once as usize) {
         let busy = s.jobs.iter().any(|j| j.serve == serve && matches!(j.kind, JobKind::Pass(_)));
         if !busy && next_stage(s, None).is_some() {
             out.push(Action::StartPass { serve });
@@ -77,12 +77,18 @@ pub fn enabled(m: &SeatRush, s: &State, out: &mut Vec<Action>) {
 }
 
 pub fn apply(m: &SeatRush, s: &mut State, action: Action) {
+    step(m, s, action);
+    // With no failover left, the replica's progress can no longer be observed (a WAIT may be
+    // acknowledged or fall short either way): keep it caught up, so that states differing only in
+    // the history of writes it lacks are one state.
+    if s.spent.failovers >= m.bounds.failovers {
+        s.redis.replicate_all(m.caps());
+    }
+}
+
+fn step(m: &SeatRush, s: &mut State, action: Action) {
     match action {
         Action::Book { client, fresh } => book(m, s, client, fresh),
-        Action::GiveUp { client } => {
-            let r = s.requests.iter_mut().find(|r| r.client == client && r.listened).expect("enabled only while waiting");
-            r.listened = false;
-        }
         Action::Step { request, acked } => {
             let i = s.requests.iter().position(|r| r.id == request).expect("enabled only in flight");
             request_step(m, s, i, acked);
@@ -126,6 +132,9 @@ pub fn apply(m: &SeatRush, s: &mut State, action: Action) {
 /// whose nonce the code's record carries goes on (DESIGN: "recognised before a gate").
 fn book(m: &SeatRush, s: &mut State, c: u8, fresh: bool) {
     let b = &m.bounds;
+    if let Some(earlier) = s.requests.iter_mut().find(|r| r.client == c && r.listened) {
+        earlier.listened = false;
+    }
     let client = &mut s.clients[c as usize];
     let k = client.requests_used;
     client.requests_used += 1;
@@ -200,11 +209,9 @@ fn request_step(m: &SeatRush, s: &mut State, i: usize, acked: bool) {
             s.redis.run(m.caps(), Call::Persisted { code, nonce: adm.nonce, aid: adm.aid }, None, true);
             return finish(s, i, answer);
         }
-        Pc::Settle { adm, seat_held, answer } => match s.db.claim_released(code, adm, m.switches.claim_overwrites_unsynced) {
+        Pc::Settle { adm, seat_held, answer } => match s.db.claim_released(code, adm, m.arbiter()) {
             ClaimOutcome::Released | ClaimOutcome::OtherHolds => Pc::Undo { adm, seat_held, answer },
             ClaimOutcome::Persisted => Pc::Persist { adm, answer },
-            // Left pending for the reaper, which settles it once that release is synced.
-            ClaimOutcome::OtherReleaseUnsynced => return finish(s, i, Answer::Retry),
         },
         Pc::Undo { adm, seat_held, answer } => {
             s.redis.run(m.caps(), Call::Undo { code, nonce: adm.nonce, aid: adm.aid, seat_held }, None, true);
@@ -278,10 +285,9 @@ fn pass_list(s: &State, kind: PassKind) -> Vec<Task> {
 fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
     let serve = s.jobs[j].serve;
     let next = match s.jobs[j].tasks[0] {
-        Task::ReapClaim { code, adm } => match s.db.claim_released(code, adm, m.switches.claim_overwrites_unsynced) {
+        Task::ReapClaim { code, adm } => match s.db.claim_released(code, adm, m.arbiter()) {
             ClaimOutcome::Released | ClaimOutcome::OtherHolds => Some(Task::ReapUndo { code, adm }),
             ClaimOutcome::Persisted => Some(Task::ReapPersisted { code, adm }),
-            ClaimOutcome::OtherReleaseUnsynced => None,
         },
         Task::ReapUndo { code, adm } => {
             s.redis.run(m.caps(), Call::Undo { code, nonce: adm.nonce, aid: adm.aid, seat_held: false }, None, true);
@@ -308,11 +314,16 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
                 Some(Task::ReleaseWait { code, adm, epoch: s.redis.epoch })
             }
         }
+        // Acknowledged: the row is marked synced (conditional on the same admission, released) in
+        // the same step; the gap between the two only delays the mark, like a short WAIT would.
         // Short, or the connection broke in a failover: the row stays unsynced for the next pass.
-        Task::ReleaseWait { code, adm, epoch } => (acked && epoch == s.redis.epoch).then(|| {
-            s.redis.acknowledge(m.caps(), Conn::Release(serve));
-            Task::MarkSynced { code, aid: adm.aid }
-        }),
+        Task::ReleaseWait { code, adm, epoch } => {
+            if acked && epoch == s.redis.epoch {
+                s.redis.acknowledge(m.caps(), Conn::Release(serve));
+                s.db.mark_synced(code, adm.aid);
+            }
+            None
+        }
         Task::MarkSynced { code, aid } => {
             s.db.mark_synced(code, aid);
             None
