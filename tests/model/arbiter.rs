@@ -78,6 +78,9 @@ pub enum Arbiter {
     /// (e.g. a `released_admissions` table, primary key admission id); `hold` refuses a
     /// tombstoned admission, and the claim never touches the row.
     Tombstone,
+    /// Tombstones, but the claim still upserts the row as main does: isolates hole 11 (a claim
+    /// overwriting a release that no replica has yet, and marking it synced).
+    TombstoneAndRowUpsert,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -114,7 +117,7 @@ impl Db {
     /// `hold(adm)`: the upsert `held` (a seat number held twice is the unique index's refusal),
     /// then the level and event counters in the same transaction; else why not, from the row.
     pub fn hold(&mut self, caps: &[u8], seats: u8, code: u8, adm: Record) -> HoldOutcome {
-        if self.tombstones & (1 << adm.aid) != 0 {
+        if self.tombstones & (1 << adm.aid) != 0 && self.rows[code as usize].is_none_or(|r| r.aid != adm.aid) {
             return HoldOutcome::ReaperWon;
         }
         if self.may_write(code, adm.aid) {
@@ -148,8 +151,12 @@ impl Db {
     /// then the row decides what the undo may do.
     pub fn claim_released(&mut self, code: u8, adm: Record, arbiter: Arbiter) -> ClaimOutcome {
         let row = self.rows[code as usize];
+        if arbiter == Arbiter::TombstoneAndRowUpsert {
+            self.tombstones |= 1 << adm.aid;
+            return self.claim_released(code, adm, Arbiter::RowUpsert);
+        }
         match arbiter {
-            Arbiter::Tombstone => match row {
+            Arbiter::Tombstone | Arbiter::TombstoneAndRowUpsert => match row {
                 Some(r) if r.aid == adm.aid && r.holds_seat() => ClaimOutcome::Persisted,
                 _ => {
                     self.tombstones |= 1 << adm.aid;

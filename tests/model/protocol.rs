@@ -48,6 +48,8 @@ pub struct Switches {
     pub release_without_write: bool,
     /// main's arbiter (`Arbiter::RowUpsert`) instead of the tombstone the model proposes.
     pub row_upsert_arbiter: bool,
+    /// Tombstones, but the claim also overwrites the row as main does (hole 11 alone).
+    pub claim_overwrites_row: bool,
 }
 
 /// The checked system: its bounds and which of today's bugs are switched back on.
@@ -141,6 +143,8 @@ impl SeatRush {
     pub fn arbiter(&self) -> crate::arbiter::Arbiter {
         if self.switches.row_upsert_arbiter {
             crate::arbiter::Arbiter::RowUpsert
+        } else if self.switches.claim_overwrites_row {
+            crate::arbiter::Arbiter::TombstoneAndRowUpsert
         } else {
             crate::arbiter::Arbiter::Tombstone
         }
