@@ -151,7 +151,7 @@ fn row_upsert_arbiter_forgets_a_claim() {
 #[test]
 #[ignore]
 fn probe_a_bound() {
-    let spec = std::env::var("MODEL_PROBE").unwrap_or_else(|_| "2 2 2 1 1 2 0 0 0".into());
+    let spec = std::env::var("MODEL_PROBE").unwrap_or_else(|_| "2 1 1 1 1 2 0 0 0 1".into());
     let n: Vec<u8> = spec.split_whitespace().map(|x| x.parse().expect("numbers")).collect();
     // Client 0 may get its own budget: MODEL_PROBE_FIRST="requests nonces".
     let first: Vec<u8> = std::env::var("MODEL_PROBE_FIRST").map_or(vec![n[1], n[2]], |f| f.split_whitespace().map(|x| x.parse().expect("numbers")).collect());
