@@ -141,6 +141,10 @@ pub struct LevelCounts {
     pub paid: i64,
 }
 
+/// The admission never holds a seat again (`released_admissions`; migration 0004's triggers
+/// skip any write that would).
+const TOMBSTONE: &str = "INSERT INTO released_admissions (event_id, admission_id) VALUES ($1, $2) ON CONFLICT DO NOTHING";
+
 /// The arbiter's conditional upsert: the request path binds `held` (see `hold_batch.rs`), the
 /// reaper `released`. It changes nothing when another admission holds the row or this one was
 /// released already.
@@ -168,20 +172,31 @@ impl Store {
     /// The reaper's write for an admission that stayed pending too long: claim the row `released`
     /// for it, unless the request path got there first.
     pub async fn reap(&self, event: &EventId, adm: &Admission, now_ms: i64) -> Result<ReapOutcome, StoreError> {
-        let claimed = on_pool!(self, pool => {
-            sqlx::query(UPSERT)
+        let select = format!("SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND code_hash = $2");
+        on_pool!(self, pool => {
+            // One transaction: the upsert takes the code's row (PostgreSQL locks a conflicting row
+            // even when its WHERE refuses the update), so a racing `hold` of this admission waits,
+            // and the tombstone is written exactly when the claim stands.
+            let mut tx = pool.begin().await?;
+            let claimed = sqlx::query(UPSERT)
                 .bind(event.as_str()).bind(adm.code.as_str()).bind(adm.nonce.as_str()).bind(&adm.id)
                 .bind(adm.slot).bind(&adm.level).bind("released").bind(adm.admitted_ms).bind(adm.admitted_ms).bind(now_ms)
-                .execute(pool).await?.rows_affected() == 1
-        });
-        if claimed {
-            return Ok(ReapOutcome::Released);
-        }
-        let row = self.booking(event, &adm.code).await?;
-        Ok(match row {
-            Some(r) if r.admission_id == adm.id && r.holds_seat() => ReapOutcome::Persisted,
-            Some(r) if r.admission_id == adm.id => ReapOutcome::AlreadyReleased,
-            _ => ReapOutcome::OtherHolds,
+                .execute(&mut *tx).await?.rows_affected() == 1;
+            let outcome = if claimed {
+                ReapOutcome::Released
+            } else {
+                let row: Option<RowTuple> = sqlx::query_as(&select).bind(event.as_str()).bind(adm.code.as_str()).fetch_optional(&mut *tx).await?;
+                match row.and_then(to_row) {
+                    Some(r) if r.admission_id == adm.id && r.holds_seat() => ReapOutcome::Persisted,
+                    Some(r) if r.admission_id == adm.id => ReapOutcome::AlreadyReleased,
+                    _ => ReapOutcome::OtherHolds,
+                }
+            };
+            if outcome != ReapOutcome::Persisted {
+                sqlx::query(TOMBSTONE).bind(event.as_str()).bind(&adm.id).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok(outcome)
         })
     }
 
@@ -245,6 +260,7 @@ impl Store {
             .bind(event.as_str()).bind(code.as_str()).bind(admission_id).bind(&row.nonce).bind(row.slot).bind(&level)
             .bind(row.admitted_ms).bind(now_ms)
             .execute(&mut *tx).await?;
+            sqlx::query(TOMBSTONE).bind(event.as_str()).bind(admission_id).execute(&mut *tx).await?;
             sqlx::query("UPDATE levels SET taken = taken - 1 WHERE event_id = $1 AND name = $2")
                 .bind(event.as_str()).bind(&level).execute(&mut *tx).await?;
             sqlx::query("UPDATE events SET taken = taken - 1 WHERE id = $1").bind(event.as_str()).execute(&mut *tx).await?;

@@ -284,3 +284,32 @@ async fn an_unacknowledged_release_outlives_the_row_a_new_booking_overwrites_sql
 async fn an_unacknowledged_release_outlives_the_row_a_new_booking_overwrites_postgres() {
     an_unacknowledged_release_outlives_the_row_a_new_booking_overwrites(Backend::Postgres).await;
 }
+
+/// The model checker's finding 2: a claim must not be forgotten when a later admission of the
+/// same code claims the row. a1 is settled (claimed released, undone); a fresh a0 of the code is
+/// settled too, overwriting the row; a1's slow write lands last and must not hold a seat Redis
+/// has handed back.
+async fn a_settled_admission_never_holds_a_seat_after_its_claim_is_overwritten(backend: Backend) {
+    let app = spawn_app(AppOptions { backend, ..Default::default() }).await;
+    let a1 = acknowledged(&app, "CODE-00001", &nonce("slow")).await;
+    assert_eq!(app.sale.settle(&app.event, &app.keys, &a1, false).await.unwrap(), seatrush::sale::settle::Settled::Undone);
+    let a0 = acknowledged(&app, "CODE-00001", &nonce("fresh")).await;
+    assert_ne!(a0.id, a1.id);
+    assert_eq!(app.sale.settle(&app.event, &app.keys, &a0, false).await.unwrap(), seatrush::sale::settle::Settled::Undone);
+
+    let late = app.store.hold(&app.event, &a1, HOLD_MS).await.unwrap();
+    assert_eq!(late, HoldOutcome::ReaperWon, "a settled admission never holds a seat again");
+    let row = app.store.booking(&app.event, &a1.code).await.unwrap().unwrap();
+    assert!(!row.holds_seat());
+    app.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_settled_admission_never_holds_a_seat_after_its_claim_is_overwritten_sqlite() {
+    a_settled_admission_never_holds_a_seat_after_its_claim_is_overwritten(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_settled_admission_never_holds_a_seat_after_its_claim_is_overwritten_postgres() {
+    a_settled_admission_never_holds_a_seat_after_its_claim_is_overwritten(Backend::Postgres).await;
+}
