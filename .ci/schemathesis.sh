@@ -21,7 +21,7 @@ binary="${1:-target/debug/seatrush}"
 token="schemathesis-$RANDOM$RANDOM"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 log=$(mktemp)
-SEATRUSH_OPERATOR_TOKEN="$token" SEATRUSH_LOG=warn "$binary" --listen "127.0.0.1:$port" demo >"$log" 2>&1 &
+SEATRUSH_OPERATOR_TOKEN="$token" SEATRUSH_LOG=warn "$binary" demo --listen "127.0.0.1:$port" >"$log" 2>&1 &
 demo=$!
 trap 'kill "$demo" 2>/dev/null; wait "$demo" 2>/dev/null; rm -f "$log"' EXIT
 url=""
