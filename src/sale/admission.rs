@@ -12,7 +12,6 @@ use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::{now_ms, LevelName};
 use crate::fault_hooks::CrashPoint;
-use crate::redis_io::scripts::decode_changed;
 use crate::sale::booking::{Booked, BookingRequest, Refusal};
 use crate::sale::catalog::{EventView, Window};
 use crate::sale::committer::{AdmitCall, CommitError, Committed, ScriptRefusal};
@@ -155,9 +154,9 @@ impl Sale {
                 return self.unexpired(seat).await;
             }
             HoldOutcome::ReaperWon => {
-                // The row says released for this very admission: nothing can write it any more.
-                let undo = self.scripts.undo_call(&view.keys, &admission);
-                let _ = self.run_script(&self.scripts.undo, undo).await;
+                // Claimed released first (or a later admission took the row): settle it like every
+                // other undo, so a racing write of this admission is judged by the arbiter too.
+                self.settle_or_leave(view, &admission, false).await;
                 return Err(Refusal::Retry("admission expired before it was saved"));
             }
             HoldOutcome::CodeHasSeat(seat) => (Refusal::AlreadyAdmitted(Some(seat)), false),
@@ -197,9 +196,4 @@ impl Sale {
             Err(_) => tracing::debug!(event = %view.id, "settle past the deadline; the reaper finishes it"),
         }
     }
-}
-
-/// The guarded undo's answer, for callers that count.
-pub(crate) fn changed(reply: Result<redis::Value, RedisError>) -> anyhow::Result<bool> {
-    Ok(decode_changed(reply?)?)
 }

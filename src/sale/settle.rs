@@ -10,7 +10,7 @@
 use crate::domain::admission::Admission;
 use crate::domain::event::{now_ms, EventId};
 use crate::redis_io::keys::EventKeys;
-use crate::sale::admission::changed;
+use crate::redis_io::scripts::decode_changed;
 use crate::sale::Sale;
 use crate::store::ReapOutcome;
 
@@ -37,7 +37,7 @@ impl Sale {
             }
             ReapOutcome::Released | ReapOutcome::AlreadyReleased | ReapOutcome::OtherHolds => {
                 let undo = if seat_held { self.scripts.undo_seat_held_call(keys, admission) } else { self.scripts.undo_call(keys, admission) };
-                Ok(if changed(self.run_script(&self.scripts.undo, undo).await)? { Settled::Undone } else { Settled::AlreadyGone })
+                Ok(if decode_changed(self.run_script(&self.scripts.undo, undo).await?)? { Settled::Undone } else { Settled::AlreadyGone })
             }
         }
     }
