@@ -94,8 +94,11 @@ impl RunDb {
         *slow = Some(if self.pg_name.is_some() {
             let mut conn = sqlx::PgConnection::connect(&self.url).await?;
             sqlx::query("BEGIN").execute(&mut conn).await?;
-            sqlx::query("SELECT 1 FROM events FOR UPDATE").execute(&mut conn).await?;
+            // Levels before events: the order every writer and release takes them in. The other
+            // order deadlocks with a batch that holds its levels while it waits for the event row,
+            // and PostgreSQL then aborts one side (the fault, often: then it is never injected).
             sqlx::query("SELECT 1 FROM levels FOR UPDATE").execute(&mut conn).await?;
+            sqlx::query("SELECT 1 FROM events FOR UPDATE").execute(&mut conn).await?;
             SlowLock::Postgres(conn)
         } else {
             use std::str::FromStr;
