@@ -44,7 +44,7 @@ compare() { # name, args...
   echo; echo "## $name: seatrush bench compare-backends $* (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
   "$S" bench compare-backends --out-dir "$OUT/$name" "$@" 2>&1 | grep -a -v -E '^\S*\[2m|INFO' || echo "## $name FAILED (see above)"
 }
-compare compare-closed --rounds 2 --duration-s "$SECONDS_PER_RUN" --no-ceiling
+compare compare-closed --rounds 3 --duration-s "$SECONDS_PER_RUN" --no-ceiling
 compare compare-open-833 --rate 833 --connections 32 --duration-s 20 --no-ceiling
 compare compare-open-8330 --rate 8330 --connections 256 --duration-s 20 --no-ceiling
 
