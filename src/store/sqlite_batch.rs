@@ -23,6 +23,10 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 /// WAL frames (about 4 KB each) past which the checkpointer rewinds the WAL (`checkpoint_while`).
 const WAL_REWIND_FRAMES: i64 = 4096;
+/// How long a rewinding checkpoint waits for the writer's batch and for readers. It keeps new
+/// writes waiting meanwhile, so it gives up early (and tries again next time) rather than stall
+/// the request path behind a long read.
+const CHECKPOINT_BUSY_TIMEOUT: Duration = Duration::from_millis(100);
 /// SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY, the codes sqlx reports as unique violations.
 const UNIQUE_CODES: [i32; 2] = [2067, 1555];
 
@@ -45,7 +49,7 @@ impl SqliteBatchWriter {
             .map_err(sql_error)?;
         let writer = Self { conn: Arc::new(Mutex::new(conn)) };
         let checkpointer = Connection::open(path).map_err(sql_error)?;
-        checkpointer.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
+        checkpointer.busy_timeout(CHECKPOINT_BUSY_TIMEOUT).map_err(sql_error)?;
         let alive = Arc::downgrade(&writer.conn);
         std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
