@@ -1,10 +1,11 @@
 //! The request path's write, `hold`, defined once per dialect and used for one booking
 //! ([`Store::hold`]) and for a batch ([`Store::hold_batch`], the persister's writers) alike.
 //!
-//! - PostgreSQL: the server-side function `seatrush_hold` (migrations/postgres/0003_hold_batch.sql)
-//!   over arrays of bookings: one round trip per batch, each counter written once per batch. The
-//!   batch writer used to send a SAVEPOINT, the upsert, two counter updates and a RELEASE per
-//!   booking, each a loopback round trip (issue 10: a quarter of SQLite's admitted/s).
+//! - PostgreSQL: the server-side function `seatrush_hold` over arrays of bookings: one round trip
+//!   per batch, each counter written once per batch. The batch writer used to send a SAVEPOINT,
+//!   the upsert, two counter updates and a RELEASE per booking, each a loopback round trip
+//!   (issue 10: a quarter of SQLite's admitted/s). Its current definition is migration 0005
+//!   (one INSERT for the batch; 0003's sub-block per booking when anything refuses one).
 //! - SQLite: the statements in [`sqlite_sql`], run through sqlx here and by the direct writer
 //!   (`sqlite_batch.rs`), each booking in a SAVEPOINT of its own.
 //!
