@@ -48,8 +48,9 @@ pub(super) mod sqlite_sql {
 
 /// PostgreSQL's `hold`: every booking of the batch in one call (binds: arrays of events, codes,
 /// nonces, admission ids, slots, levels, admitted-at, hold lengths), one row back per booking.
+/// Then the batch's shape ([`BatchShape`]).
 const POSTGRES_HOLD: &str = "SELECT outcome, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms
-     FROM seatrush_hold($1, $2, $3, $4, $5, $6, $7, $8)";
+     FROM seatrush_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
 /// The levels and events of a batch, sorted, each once: the order counter rows are locked in.
 pub(super) fn lock_order(items: &[HoldItem]) -> (Vec<(&str, &str)>, Vec<&str>) {
@@ -85,6 +86,34 @@ impl Store {
     }
 }
 
+/// What `seatrush_hold` needs to know of a batch besides its bookings (it checks that the shape
+/// fits them): the counter rows in lock order, each booking's place among them (1-based), and
+/// whether a code or a seat comes twice (then the one-at-a-time path decides every booking).
+struct BatchShape<'a> {
+    levels: Vec<(&'a str, &'a str)>,
+    events: Vec<&'a str>,
+    at_level: Vec<i32>,
+    at_event: Vec<i32>,
+    repeats: bool,
+}
+
+impl<'a> BatchShape<'a> {
+    fn of(items: &'a [HoldItem]) -> Self {
+        let (levels, events) = lock_order(items);
+        let place = |found: Result<usize, usize>| found.map(|i| i as i32 + 1).expect("lock_order lists every booking's level and event");
+        let at_level = items.iter().map(|i| place(levels.binary_search(&(i.event.as_str(), i.admission.level.as_str())))).collect();
+        let at_event = items.iter().map(|i| place(events.binary_search(&i.event.as_str()))).collect();
+        let mut codes: Vec<(&str, &str)> = items.iter().map(|i| (i.event.as_str(), i.admission.code.as_str())).collect();
+        let mut seats: Vec<(&str, i64)> = items.iter().map(|i| (i.event.as_str(), i.admission.slot)).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        seats.sort_unstable();
+        seats.dedup();
+        let repeats = codes.len() < items.len() || seats.len() < items.len();
+        Self { levels, events, at_level, at_event, repeats }
+    }
+}
+
 type PostgresHoldRow = (String, Option<String>, Option<String>, Option<String>, Option<i64>, Option<String>, Option<String>, Option<i64>, Option<i64>);
 
 async fn hold_postgres(pool: &PgPool, items: &[HoldItem]) -> Result<Outcomes, StoreError> {
@@ -96,8 +125,11 @@ async fn hold_postgres(pool: &PgPool, items: &[HoldItem]) -> Result<Outcomes, St
     let levels: Vec<&str> = items.iter().map(|i| i.admission.level.as_str()).collect();
     let admitted: Vec<i64> = items.iter().map(|i| i.admission.admitted_ms).collect();
     let hold: Vec<i64> = items.iter().map(|i| i.hold_ms).collect();
+    let shape = BatchShape::of(items);
+    let (level_events, level_names): (Vec<&str>, Vec<&str>) = shape.levels.iter().copied().unzip();
     let rows: Vec<PostgresHoldRow> = sqlx::query_as(POSTGRES_HOLD)
         .bind(events).bind(codes).bind(nonces).bind(ids).bind(slots).bind(levels).bind(admitted).bind(hold)
+        .bind(level_events).bind(level_names).bind(&shape.events).bind(&shape.at_level).bind(&shape.at_event).bind(shape.repeats)
         .fetch_all(pool)
         .await?;
     // The function answers each booking once, in order; anything else is a bug in it.
