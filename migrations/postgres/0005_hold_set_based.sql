@@ -1,16 +1,18 @@
 -- `seatrush_hold` with a set-based fast path (issue 10). Migration 0003's fast path ran three
 -- statements per booking from PL/pgSQL (read the row, probe the seat, upsert), each an executor
 -- start-up of its own: about 100 µs of the server per booking on a quiet machine, a full core at
--- 9,000 bookings/s. Now the fast path reads the batch's rows and seats in one statement, decides
--- every booking in a loop over arrays, and writes the bookings it holds in one INSERT.
+-- 9,000 bookings/s. Now one INSERT … ON CONFLICT writes the whole batch; a booking the upsert does
+-- not write is 'unclaimed' and answered with the row that stopped it; the batch is counted against
+-- the caps last.
 --
 -- Outcomes are the ones of 0003, booking for booking, in array order (see there for each):
 -- 'held', 'unclaimed', 'seat_taken', 'level_full', 'sold_out', 'error'. The fast path answers a
--- batch only when its reads decide it: a batch naming one code or one seat twice (each booking
--- would see the one before it), an unknown level, or a write that finds the rows changed since the
--- read (a concurrent reaper's claim, a tombstone's trigger skipping the write, a seat taken
--- meanwhile) runs the slow path of 0003 instead, unchanged: every booking in a sub-block of its own,
+-- batch only when nothing refuses a booking: a batch naming one code or one seat twice (each
+-- booking would see the one before it), an unknown level (the foreign key), a seat another row
+-- holds (the seat index), a cap (the counters' CHECK constraints), or any other error rolls it back
+-- and runs the slow path of 0003 instead, unchanged: every booking in a sub-block of its own,
 -- exactly as the one-at-a-time write.
+--
 -- The caller also passes the batch's shape, which it knows already and which cost a statement of
 -- window functions and DISTINCTs here (a third of the fixed cost of a call): its (event, level)
 -- pairs and its events, each sorted and once (the lock order), each booking's place in them, and

@@ -28,18 +28,19 @@ fn item(code: &str, admission: &str, slot: i64, level: &str) -> HoldItem {
     HoldItem { event: EventId::parse(crate::helpers::EVENT).unwrap(), admission, hold_ms: 900_000 }
 }
 
+/// A retry whose first admission Redis lost: the same nonce, a new admission id.
+fn retry_redis_lost(code: &str, admission: &str, slot: i64, level: &str) -> HoldItem {
+    let mut again = item(code, admission, slot, level);
+    again.admission.id = format!("{admission}-again");
+    again
+}
+
 /// 3 seats; A1 holds 1, B1 holds 5. Every outcome of `hold` appears once.
 fn scenario() -> (Vec<HoldItem>, Vec<&'static str>) {
-    let same_nonce = {
-        // A retry whose first admission (a1) Redis lost: same nonce, a new admission id.
-        let mut again = item("CODE-1", "a1", 3, "B1");
-        again.admission.id = "a1-again".into();
-        again
-    };
     let cases = vec![
         (item("CODE-1", "a1", 1, "A1"), "held"),
         (item("CODE-1", "a1", 1, "A1"), "already_held"),
-        (same_nonce, "same_nonce_holds"),
+        (retry_redis_lost("CODE-1", "a1", 3, "B1"), "same_nonce_holds"),
         (item("CODE-1", "a2", 2, "B1"), "code_has_seat"),
         (item("CODE-2", "b1", 2, "A1"), "level_full"),
         (item("CODE-3", "c1", 1, "B1"), "seat_taken"),
@@ -163,11 +164,7 @@ fn distinct_batches() -> Vec<Vec<HoldItem>> {
         vec![
             item("CODE-4", "d1", 3, "B1"),
             item("CODE-1", "a1", 1, "A1"),
-            {
-                let mut again = item("CODE-3", "c1", 4, "B1");
-                again.admission.id = "c1-again".into();
-                again
-            },
+            retry_redis_lost("CODE-3", "c1", 4, "B1"),
             item("CODE-6", "f1", 5, "B1"),
         ],
         // Past the level's cap, a seat another row holds, past the event's cap: every one of
