@@ -313,3 +313,36 @@ async fn a_settled_admission_never_holds_a_seat_after_its_claim_is_overwritten_s
 async fn a_settled_admission_never_holds_a_seat_after_its_claim_is_overwritten_postgres() {
     a_settled_admission_never_holds_a_seat_after_its_claim_is_overwritten(Backend::Postgres).await;
 }
+
+/// The tombstone needs no trigger on INSERT (migration 0006) only because a tombstoned
+/// admission's booking row always exists: the claim writes it, and booking rows are never
+/// deleted. The schema refuses a delete, so that reasoning cannot rot; a refused delete keeps
+/// the row, and the settled admission still never holds a seat.
+async fn booking_rows_are_never_deleted(backend: Backend) {
+    let app = spawn_app(AppOptions { backend, ..Default::default() }).await;
+    let a1 = acknowledged(&app, "CODE-00001", &nonce("slow")).await;
+    assert_eq!(app.sale.settle(&app.event, &app.keys, &a1, false).await.unwrap(), seatrush::sale::settle::Settled::Undone);
+    let delete = "DELETE FROM bookings";
+    let refused = match &app.store {
+        seatrush::store::Store::Sqlite(pool) => sqlx::query(delete).execute(pool).await.unwrap_err().to_string(),
+        seatrush::store::Store::Postgres(pool) => {
+            let truncate = sqlx::query("TRUNCATE bookings").execute(pool).await.unwrap_err().to_string();
+            assert!(truncate.contains("never deleted"), "{truncate}");
+            sqlx::query(delete).execute(pool).await.unwrap_err().to_string()
+        }
+    };
+    assert!(refused.contains("never deleted"), "{refused}");
+    assert!(app.store.booking(&app.event, &a1.code).await.unwrap().is_some(), "the refused delete kept the row");
+    assert_eq!(app.store.hold(&app.event, &a1, HOLD_MS).await.unwrap(), HoldOutcome::ReaperWon);
+    app.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn booking_rows_are_never_deleted_sqlite() {
+    booking_rows_are_never_deleted(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn booking_rows_are_never_deleted_postgres() {
+    booking_rows_are_never_deleted(Backend::Postgres).await;
+}
