@@ -1,7 +1,9 @@
 //! The allowlist gate answered from memory. The allowlist is fixed before a sale opens (only a
 //! re-run of `open` changes it), so `serve` copies each event's code hashes out of Redis once,
 //! as sorted 32-byte binary hashes (32 MB per million codes), and answers the gate with a binary
-//! search instead of a round trip. `open` stamps every load with a fresh `allow_version` in the
+//! search instead of a round trip. The hashes are uniform, so their first two bytes index the
+//! sorted array (a 256 KB table): a search looks at the ~15 hashes of one prefix, not at 20 cache
+//! misses across the whole array (that search was 3 % of `serve`'s CPU with a million codes). `open` stamps every load with a fresh `allow_version` in the
 //! event's meta hash; the catalog re-reads meta every `CATALOG_TTL`, and a changed version makes
 //! the next gate check reload the set. The copy comes from Redis, never from the database, so
 //! there is still no database fallback during the sale.
@@ -26,6 +28,15 @@ const SCAN_CALLS_MAX: usize = 100_000;
 pub struct AllowSet {
     pub version: String,
     hashes: Vec<[u8; 32]>,
+    /// `hashes[starts[p]..starts[p + 1]]` are the hashes whose first two bytes are `p`.
+    starts: Vec<u32>,
+}
+
+/// Hash prefixes the index tells apart: the first two bytes.
+const PREFIXES: usize = 1 << 16;
+
+fn prefix(hash: &[u8; 32]) -> usize {
+    usize::from(u16::from_be_bytes([hash[0], hash[1]]))
 }
 
 impl AllowSet {
@@ -38,11 +49,22 @@ impl AllowSet {
         hashes.sort_unstable();
         hashes.dedup();
         hashes.shrink_to_fit();
-        Self { version, hashes }
+        let mut starts = vec![0u32; PREFIXES + 1];
+        for hash in &hashes {
+            starts[prefix(hash) + 1] += 1;
+        }
+        for p in 0..PREFIXES {
+            starts[p + 1] += starts[p];
+        }
+        Self { version, hashes, starts }
     }
 
     pub fn contains(&self, code: &CodeHash) -> bool {
-        decode(code.as_str()).is_some_and(|h| self.hashes.binary_search(&h).is_ok())
+        decode(code.as_str()).is_some_and(|h| {
+            let p = prefix(&h);
+            let (from, to) = (self.starts[p] as usize, self.starts[p + 1] as usize);
+            self.hashes[from..to].binary_search(&h).is_ok()
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -159,5 +181,23 @@ mod tests {
         assert!(set.contains(&hash("AAAA-1")));
         assert!(set.contains(&hash("bbbb-2")));
         assert!(!set.contains(&hash("CCCC-3")));
+    }
+
+    #[test]
+    fn the_prefix_index_answers_as_a_search_of_the_whole_set_would() {
+        let codes: Vec<CodeHash> = (0..20_000).map(|i| hash(&format!("CODE-{i}"))).collect();
+        let (members, strangers) = codes.split_at(10_000);
+        let mut binary: Vec<[u8; 32]> = members.iter().filter_map(|h| decode(h.as_str())).collect();
+        // The first and last prefixes, and one prefix crowded with neighbours.
+        binary.extend([[0u8; 32], [0xff; 32], [0x12; 32]]);
+        binary.extend((0..50u8).map(|i| { let mut h = [0x12; 32]; h[31] = i; h }));
+        let set = AllowSet::from_binary("v".into(), binary.clone());
+        let whole: std::collections::BTreeSet<[u8; 32]> = binary.into_iter().collect();
+        for h in whole.iter().chain(strangers.iter().filter_map(|c| decode(c.as_str())).collect::<Vec<_>>().iter()) {
+            assert_eq!(set.contains(&CodeHash::from_hex(&hex::encode(h)).unwrap()), whole.contains(h), "{}", hex::encode(h));
+        }
+        let mut near = [0x12; 32];
+        near[31] = 200;
+        assert!(!set.contains(&CodeHash::from_hex(&hex::encode(near)).unwrap()));
     }
 }
