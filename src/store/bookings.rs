@@ -141,8 +141,9 @@ pub struct LevelCounts {
     pub paid: i64,
 }
 
-/// The admission never holds a seat again (`released_admissions`; migration 0004's triggers
-/// skip any write that would).
+/// The admission never holds a seat again (`released_admissions`; migration 0004's update
+/// trigger skips any write that would: such a write always meets the code's row, which the claim
+/// wrote and which is never deleted, migration 0006).
 const TOMBSTONE: &str = "INSERT INTO released_admissions (event_id, admission_id) VALUES ($1, $2) ON CONFLICT DO NOTHING";
 
 /// The arbiter's conditional upsert: the request path binds `held` (see `hold_batch.rs`), the

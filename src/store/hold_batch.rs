@@ -4,8 +4,9 @@
 //! - PostgreSQL: the server-side function `seatrush_hold` over arrays of bookings: one round trip
 //!   per batch, each counter written once per batch. The batch writer used to send a SAVEPOINT,
 //!   the upsert, two counter updates and a RELEASE per booking, each a loopback round trip
-//!   (issue 10: a quarter of SQLite's admitted/s). Its current definition is migration 0005
-//!   (one INSERT for the batch; 0003's sub-block per booking when anything refuses one).
+//!   (issue 10: a quarter of SQLite's admitted/s). Its current definition is migration 0006
+//!   (0005's one INSERT for the batch, and 0003's sub-block per booking when anything refuses one;
+//!   planned once, and checking each level row itself instead of a foreign-key query per booking).
 //! - SQLite: the statements in [`sqlite_sql`], run through sqlx here and by the direct writer
 //!   (`sqlite_batch.rs`), each booking in a SAVEPOINT of its own.
 //!
