@@ -32,6 +32,9 @@ fn family_help(family: &str) -> Option<&'static str> {
         "shed_total" => "Requests answered 503 at once because too many were in flight in this process.",
         "availability_answers_total" => "Availability (GET /api/events/{event}) answers by HTTP status.",
         "availability_refreshes_total" => "Availability snapshots read from Redis; at most one per event per second per process.",
+        "persist_batches_total" => "Database write transactions of the request path (each a batch of bookings).",
+        "persist_batched_bookings_total" => "Bookings written by those transactions; divided by persist_batches_total, the mean batch.",
+        "persist_busy_microseconds_total" => "Time the database writers spent writing; its rate near the number of writers means the database write is the bottleneck.",
         _ => return None,
     })
 }

@@ -94,6 +94,7 @@ impl Sale {
             settings.commit_batch_max,
             crash.clone(),
         );
+        let stats = Arc::new(Stats::default());
         Self {
             catalog: Catalog::new(link.clone()),
             allowlist: AllowCache::new(link.clone()),
@@ -102,12 +103,13 @@ impl Sale {
                 store.dedicated(settings.persist.connections()),
                 settings.persist,
                 Some(PersistedMarks { link: link.clone(), scripts: scripts.clone(), crash: crash.clone() }),
+                stats.clone(),
             ),
             link,
             scripts,
             committer,
             store,
-            stats: Arc::new(Stats::default()),
+            stats,
             crash,
             settings,
             release_conn: tokio::sync::Mutex::new(None),

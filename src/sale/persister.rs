@@ -15,10 +15,12 @@ use crate::fault_hooks::{CrashPoint, FaultPlan};
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::scripts::{is_noscript, Scripts};
+use crate::sale::stats::Stats;
 use crate::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store, StoreError};
 use redis::Value;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 /// Writes queued for the writers; past this a caller is answered `503 retry` at once.
@@ -128,7 +130,8 @@ impl Persister {
     /// Starts the writers (inside the current Tokio runtime); they stop when every clone is dropped.
     /// With `marks`, each booking the database holds is also marked persisted in Redis before its
     /// caller is answered.
-    pub fn start(store: Store, policy: PersistPolicy, marks: Option<PersistedMarks>) -> Self {
+    /// The writers count their batches and their time in `stats`.
+    pub fn start(store: Store, policy: PersistPolicy, marks: Option<PersistedMarks>, stats: Arc<Stats>) -> Self {
         if policy.batch_size_max == 0 {
             return Self { store, queue: None, marks };
         }
@@ -144,7 +147,7 @@ impl Persister {
         let (queue, receiver) = mpsc::channel(QUEUE_DEPTH_MAX);
         let receiver = Arc::new(Mutex::new(receiver));
         for _ in 0..policy.writers.max(1) {
-            tokio::spawn(write_batches(writer.clone(), policy, receiver.clone(), marks.clone()));
+            tokio::spawn(write_batches(writer.clone(), policy, receiver.clone(), marks.clone(), stats.clone()));
         }
         Self { store, queue: Some(queue), marks }
     }
@@ -180,7 +183,13 @@ enum BatchWriter {
     Direct(SqliteBatchWriter),
 }
 
-async fn write_batches(writer: BatchWriter, policy: PersistPolicy, receiver: Arc<Mutex<mpsc::Receiver<Job>>>, marks: Option<PersistedMarks>) {
+async fn write_batches(
+    writer: BatchWriter,
+    policy: PersistPolicy,
+    receiver: Arc<Mutex<mpsc::Receiver<Job>>>,
+    marks: Option<PersistedMarks>,
+    stats: Arc<Stats>,
+) {
     let mut batch: Vec<Job> = Vec::with_capacity(policy.batch_size_max);
     loop {
         {
@@ -195,10 +204,16 @@ async fn write_batches(writer: BatchWriter, policy: PersistPolicy, receiver: Arc
         }
         let (items, replies): (Vec<HoldItem>, Vec<oneshot::Sender<HoldResult>>) = batch.drain(..).map(|j| (j.item, j.reply)).unzip();
         let items = Arc::new(items);
+        let started = Instant::now();
         let written = match &writer {
             BatchWriter::Sqlx(store) => store.hold_batch(&items).await,
             BatchWriter::Direct(direct) => direct.hold_batch(items.clone()).await,
         };
+        // Whether the writer is the bottleneck (busy time near wall time per writer) and how big
+        // its batches run: issue 10's PostgreSQL runs were found to be bound here.
+        stats.persist_busy_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        stats.persist_batched.fetch_add(items.len() as u64, Ordering::Relaxed);
+        Stats::bump(&stats.persist_batches);
         let outcomes: Vec<HoldResult> = match written {
             Ok(outcomes) => outcomes,
             Err(err) => {

@@ -70,6 +70,9 @@ counters! {
     availability_answered => availability_answers_total { status = "200" }: "availability answers with a body",
     availability_not_modified => availability_answers_total { status = "304" }: "availability answers 304: the poll's ETag still matched",
     availability_refreshes => availability_refreshes_total: "availability snapshots read from Redis (at most one a second per event)",
+    persist_batches => persist_batches_total: "transactions the request path's database writers ran (each a batch of bookings)",
+    persist_batched => persist_batched_bookings_total: "bookings written in those transactions",
+    persist_busy_us => persist_busy_microseconds_total: "time the database writers spent inside their writes",
 }
 
 impl Stats {

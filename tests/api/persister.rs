@@ -9,6 +9,8 @@ use seatrush::domain::nonce::Nonce;
 use seatrush::sale::persister::{PersistPolicy, Persister};
 use seatrush::domain::admission::Admission;
 use seatrush::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store};
+use seatrush::sale::stats::Stats;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -240,7 +242,8 @@ async fn an_error_of_one_booking_fails_only_that_booking_postgres() {
 async fn concurrent_callers_each_get_their_own_outcome(backend: Backend) {
     let (_db, store) = fresh_store(backend).await;
     let policy = PersistPolicy { batch_size_max: 4, linger: Duration::from_millis(2), writers: 2, direct_sqlite: true };
-    let persister = Persister::start(store.clone(), policy, None);
+    let stats = Arc::new(Stats::default());
+    let persister = Persister::start(store.clone(), policy, None, stats.clone());
     // Distinct codes and seats, so the order the batches land in cannot change any outcome.
     let calls: Vec<_> = (0..3)
         .map(|i| {
@@ -255,6 +258,11 @@ async fn concurrent_callers_each_get_their_own_outcome(backend: Backend) {
     assert_eq!(again.kind(), "already_held");
     let full = persister.hold(item("CODE-P9", "p9", 9, "B1")).await.unwrap();
     assert_eq!(full, HoldOutcome::SoldOut);
+    // Every booking went through a counted batch, and the writers' time was counted.
+    let batches = stats.persist_batches.load(Ordering::Relaxed);
+    assert!((3..=5).contains(&batches), "{batches} batches for 5 bookings, at most 4 a batch, the last two alone");
+    assert_eq!(stats.persist_batched.load(Ordering::Relaxed), 5);
+    assert!(stats.persist_busy_us.load(Ordering::Relaxed) > 0);
 }
 
 #[tokio::test]

@@ -70,11 +70,13 @@ pub async fn load(connections: &Connections, args: &LoadArgs) -> anyhow::Result<
         Some(t) => Some(commands_processed(&t.primary).await?),
         None => None,
     };
+    let writer_before = topology.as_ref().map(|t| writer_counters(&t.sale));
     let (tally, seconds, elapsed) = driver::run(spec).await;
     let commands_after = match &topology {
         Some(t) => Some(commands_processed(&t.primary).await?),
         None => None,
     };
+    let writer_after = topology.as_ref().map(|t| writer_counters(&t.sale));
     let store = match &topology {
         Some(t) => Some(t.check(tally.admitted_slots.len()).await?),
         None => None,
@@ -83,6 +85,10 @@ pub async fn load(connections: &Connections, args: &LoadArgs) -> anyhow::Result<
     let mut report = report::build(facts, &tally, &seconds, elapsed, store);
     if let (Some(before), Some(after)) = (commands_before, commands_after) {
         report.redis_commands_per_s = Some(after.saturating_sub(before) as f64 / elapsed.as_secs_f64().max(1e-9));
+    }
+    if let (Some(before), Some(after), Some(t)) = (writer_before, writer_after, &topology) {
+        let writers = t.server.persist_writers;
+        report.database_writer = Some(report::WriterFigures::between(before, after, elapsed.as_secs_f64(), writers));
     }
     if let Some(t) = &topology {
         report.server = Some(server_levers(&t.server, args));
@@ -136,6 +142,13 @@ async fn compare_backends(connections: &Connections, args: &args::CompareArgs) -
     println!("mean admitted/s: sqlite {sqlite:.0}, postgres {postgres:.0}; postgres / sqlite = {:.1} %", 100.0 * postgres / sqlite);
     anyhow::ensure!(failed.is_empty(), "checks failed in {}", failed.join(", "));
     Ok(())
+}
+
+/// The database writers' counters: (transactions, bookings, busy µs).
+fn writer_counters(sale: &crate::sale::Sale) -> (u64, u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = &sale.stats;
+    (s.persist_batches.load(Relaxed), s.persist_batched.load(Relaxed), s.persist_busy_us.load(Relaxed))
 }
 
 /// `total_commands_processed` from the primary's `INFO stats`.

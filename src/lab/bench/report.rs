@@ -108,6 +108,8 @@ pub struct Report {
     /// Commands the Redis primary processed per second during the run (self-contained runs;
     /// `INFO stats` total_commands_processed before and after, replication and WAIT included).
     pub redis_commands_per_s: Option<f64>,
+    /// The request path's database writers during the run (self-contained runs).
+    pub database_writer: Option<WriterFigures>,
     pub by_kind: BTreeMap<&'static str, KindFigures>,
     pub timeline: Vec<SecondFigures>,
     pub checks: Checks,
@@ -198,6 +200,7 @@ pub fn build(facts: RunFacts, tally: &Tally, seconds: &[Second], elapsed: Durati
         retry_latency_ms: Percentiles::of_us(&tally.retry_latency_us),
         polls,
         redis_commands_per_s: None,
+        database_writer: None,
         by_kind,
         timeline,
         checks,
@@ -246,6 +249,14 @@ impl Report {
         if let Some(c) = self.redis_commands_per_s {
             out.push_str(&format!("redis primary: {c:.0} commands/s during the run\n"));
         }
+        if let Some(w) = &self.database_writer {
+            out.push_str(&format!(
+                "database writer: {:.0} transactions/s, {:.1} bookings each, busy {:.0} % of the run per writer\n",
+                w.batches_per_s,
+                w.mean_batch,
+                w.busy_share * 100.0
+            ));
+        }
         for (kind, f) in &self.by_kind {
             out.push_str(&format!("  {kind:<13} {:>8} sent  {:?}{}\n", f.sent, f.answers, if f.unexpected > 0 { format!("  UNEXPECTED {}", f.unexpected) } else { String::new() }));
         }
@@ -264,5 +275,28 @@ impl Report {
             if self.checks.passed { "PASS" } else { "FAIL" }
         ));
         out
+    }
+}
+
+/// The request path's database writers over a run, from `serve`'s own counters.
+#[derive(Clone, Debug, Serialize)]
+pub struct WriterFigures {
+    pub batches_per_s: f64,
+    pub mean_batch: f64,
+    /// Time inside the database write over the run's length, per writer: near 1, the write is
+    /// the bottleneck.
+    pub busy_share: f64,
+}
+
+impl WriterFigures {
+    /// From the counters `(transactions, bookings, busy µs)` before and after a run.
+    pub fn between(before: (u64, u64, u64), after: (u64, u64, u64), seconds: f64, writers: usize) -> Self {
+        let (batches, bookings, busy_us) = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+        let seconds = seconds.max(1e-9);
+        Self {
+            batches_per_s: batches as f64 / seconds,
+            mean_batch: bookings as f64 / (batches.max(1)) as f64,
+            busy_share: busy_us as f64 / 1e6 / seconds / writers.max(1) as f64,
+        }
     }
 }
