@@ -45,6 +45,11 @@ pub(super) mod sqlite_sql {
     /// Counts one more held seat against the level / the event, unless that would pass its cap.
     pub const COUNT_LEVEL: &str = "UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap";
     pub const COUNT_EVENT: &str = "UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats";
+    /// The direct writer's fast path: a whole batch's held seats counted at once (?3 / ?2: how
+    /// many), unless that would pass the cap. `?N`, not `$N`: SQLite numbers `$N` parameters in
+    /// the order they first appear, so `$3` before `$1` would bind the wrong values.
+    pub const COUNT_LEVEL_BY: &str = "UPDATE levels SET taken = taken + ?3 WHERE event_id = ?1 AND name = ?2 AND taken + ?3 <= cap";
+    pub const COUNT_EVENT_BY: &str = "UPDATE events SET taken = taken + ?2 WHERE id = ?1 AND taken + ?2 <= total_seats";
 }
 
 /// PostgreSQL's `hold`: every booking of the batch in one call (binds: arrays of events, codes,
@@ -104,15 +109,20 @@ impl<'a> BatchShape<'a> {
         let place = |found: Result<usize, usize>| found.map(|i| i as i32 + 1).expect("lock_order lists every booking's level and event");
         let at_level = items.iter().map(|i| place(levels.binary_search(&(i.event.as_str(), i.admission.level.as_str())))).collect();
         let at_event = items.iter().map(|i| place(events.binary_search(&i.event.as_str()))).collect();
-        let mut codes: Vec<(&str, &str)> = items.iter().map(|i| (i.event.as_str(), i.admission.code.as_str())).collect();
-        let mut seats: Vec<(&str, i64)> = items.iter().map(|i| (i.event.as_str(), i.admission.slot)).collect();
-        codes.sort_unstable();
-        codes.dedup();
-        seats.sort_unstable();
-        seats.dedup();
-        let repeats = codes.len() < items.len() || seats.len() < items.len();
-        Self { levels, events, at_level, at_event, repeats }
+        Self { levels, events, at_level, at_event, repeats: repeats(items) }
     }
+}
+
+/// Whether the batch names a code or a seat (of one event) twice: then each such booking would
+/// see the one before it, and only the one-at-a-time path gives each its own outcome.
+pub(super) fn repeats(items: &[HoldItem]) -> bool {
+    let mut codes: Vec<(&str, &str)> = items.iter().map(|i| (i.event.as_str(), i.admission.code.as_str())).collect();
+    let mut seats: Vec<(&str, i64)> = items.iter().map(|i| (i.event.as_str(), i.admission.slot)).collect();
+    codes.sort_unstable();
+    codes.dedup();
+    seats.sort_unstable();
+    seats.dedup();
+    codes.len() < items.len() || seats.len() < items.len()
 }
 
 type PostgresHoldRow = (String, Option<String>, Option<String>, Option<String>, Option<i64>, Option<String>, Option<String>, Option<i64>, Option<i64>);

@@ -153,10 +153,10 @@ async fn both_dialects_give_the_same_outcomes_and_leave_the_same_rows() {
     assert_eq!(postgres_state, sqlite_state);
 }
 
-/// Batches that name every code and every seat once: PostgreSQL answers these with its set-based
-/// fast path (migration 0005), and falls back to the one-at-a-time path when a cap or a taken
-/// seat refuses a booking. Each batch must give what the bookings give one at a time, in the
-/// same order, and leave the same rows and counters.
+/// Batches that name every code and every seat once: PostgreSQL (migration 0005) and the direct
+/// SQLite writer answer these with their fast paths, and fall back to the one-at-a-time path when
+/// a cap or a taken seat refuses a booking. Each batch must give what the bookings give one at a
+/// time, in the same order, and leave the same rows and counters.
 fn distinct_batches() -> Vec<Vec<HoldItem>> {
     vec![
         // All fresh.
@@ -175,7 +175,7 @@ fn distinct_batches() -> Vec<Vec<HoldItem>> {
     ]
 }
 
-async fn check_distinct_batches(backend: Backend) {
+async fn check_distinct_batches(backend: Backend, direct: bool) {
     let (_db, store) = fresh_store(backend).await;
     let mut expected = Vec::new();
     for batch in distinct_batches() {
@@ -191,8 +191,13 @@ async fn check_distinct_batches(backend: Backend) {
     );
     let (_db, store) = fresh_store(backend).await;
     let mut outcomes = Vec::new();
+    let writer = direct.then(|| SqliteBatchWriter::open(&store.sqlite_path().unwrap()).unwrap());
     for batch in distinct_batches() {
-        outcomes.extend(store.hold_batch(&batch).await.unwrap().into_iter().map(Result::unwrap));
+        let written = match &writer {
+            Some(writer) => writer.hold_batch(Arc::new(batch)).await.unwrap(),
+            None => store.hold_batch(&batch).await.unwrap(),
+        };
+        outcomes.extend(written.into_iter().map(Result::unwrap));
     }
     assert_eq!(kinds(&outcomes), kinds(&expected));
     assert_eq!(seats(&outcomes), seats(&expected));
@@ -201,12 +206,61 @@ async fn check_distinct_batches(backend: Backend) {
 
 #[tokio::test]
 async fn a_batch_of_distinct_codes_gives_the_outcomes_hold_gives_sqlite() {
-    check_distinct_batches(Backend::Sqlite).await;
+    check_distinct_batches(Backend::Sqlite, false).await;
+}
+
+/// The direct SQLite writer's fast path (one upsert a booking, counters once) on the same batches.
+#[tokio::test]
+async fn a_batch_of_distinct_codes_gives_the_outcomes_hold_gives_sqlite_direct() {
+    check_distinct_batches(Backend::Sqlite, true).await;
 }
 
 #[tokio::test]
 async fn a_batch_of_distinct_codes_gives_the_outcomes_hold_gives_postgres() {
-    check_distinct_batches(Backend::Postgres).await;
+    check_distinct_batches(Backend::Postgres, false).await;
+}
+
+/// A cap that refuses a booking while everything else fits: the fast paths count a batch against
+/// each cap in one statement, and must fall back so that the bookings before the cap still get
+/// their seats. The level's cap alone (the event has room), then the event's cap alone.
+async fn a_cap_refuses_only_the_bookings_past_it(backend: Backend, direct: bool) {
+    let batches = || {
+        vec![
+            vec![item("CODE-1", "a1", 1, "A1")],
+            vec![item("CODE-2", "b1", 2, "A1"), item("CODE-3", "c1", 3, "B1")],
+            vec![item("CODE-4", "d1", 4, "B1"), item("CODE-5", "e1", 5, "B1")],
+        ]
+    };
+    let (_db, store) = fresh_store(backend).await;
+    let mut expected = Vec::new();
+    for i in batches().concat() {
+        expected.push(store.hold(&i.event, &i.admission, i.hold_ms).await.unwrap());
+    }
+    assert_eq!(kinds(&expected), ["held", "level_full", "held", "held", "sold_out"]);
+    let expected_state = state(&store).await;
+    let (_db, store) = fresh_store(backend).await;
+    let writer = direct.then(|| SqliteBatchWriter::open(&store.sqlite_path().unwrap()).unwrap());
+    let mut outcomes = Vec::new();
+    for batch in batches() {
+        let written = match &writer {
+            Some(writer) => writer.hold_batch(Arc::new(batch)).await.unwrap(),
+            None => store.hold_batch(&batch).await.unwrap(),
+        };
+        outcomes.extend(written.into_iter().map(Result::unwrap));
+    }
+    assert_eq!(kinds(&outcomes), kinds(&expected));
+    assert_eq!(state(&store).await, expected_state);
+}
+
+#[tokio::test]
+async fn a_cap_refuses_only_the_bookings_past_it_sqlite() {
+    a_cap_refuses_only_the_bookings_past_it(Backend::Sqlite, false).await;
+    a_cap_refuses_only_the_bookings_past_it(Backend::Sqlite, true).await;
+}
+
+#[tokio::test]
+async fn a_cap_refuses_only_the_bookings_past_it_postgres() {
+    a_cap_refuses_only_the_bookings_past_it(Backend::Postgres, false).await;
 }
 
 /// A booking the database refuses with an error of its own (here a level the event lacks) fails
