@@ -111,18 +111,19 @@ fn write(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Outcomes
     if !repeats(items) {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now_ms = now_ms();
-        if let Some(outcomes) = write_at_once(&tx, items, now_ms)? {
+        // A refusal, or an error that the slow path pins on one booking (or on the whole batch,
+        // when it is the transaction's): dropping the transaction rolls the fast path back.
+        if let Ok(Some(outcomes)) = write_at_once(&tx, items, now_ms) {
             tx.commit()?;
             return Ok(outcomes);
         }
-        // Dropping the transaction rolls back every write of the fast path.
     }
     write_one_at_a_time(conn, items)
 }
 
 /// The fast path: every booking upserted, the held ones counted once per level and per event.
-/// None when anything refuses a booking (the caller rolls back and decides one at a time). An
-/// error of the transaction itself (busy, I/O) is the batch's, as on the slow path.
+/// None when a counter refuses the batch (past a cap, or no such level); a booking's own error,
+/// a taken seat among them, is an `Err`. Either way the caller decides one at a time.
 fn write_at_once(tx: &rusqlite::Transaction<'_>, items: &[HoldItem], now_ms: i64) -> rusqlite::Result<Option<Outcomes>> {
     let (levels, events) = lock_order(items);
     let mut level_added = vec![0i64; levels.len()];
@@ -132,40 +133,28 @@ fn write_at_once(tx: &rusqlite::Transaction<'_>, items: &[HoldItem], now_ms: i64
         let (event, adm) = (item.event.as_str(), &item.admission);
         let claimed = tx.prepare_cached(sqlite_sql::UPSERT)?.execute(params![
             event, adm.code.as_str(), adm.nonce.as_str(), adm.id, adm.slot, adm.level, "held", adm.admitted_ms, now_ms + item.hold_ms, now_ms
-        ]);
+        ])?;
         match claimed {
-            Ok(0) => outcomes.push(Ok(unclaimed(read_row(tx, item)?.and_then(to_row), adm))),
-            Ok(_) => {
+            0 => outcomes.push(Ok(unclaimed(read_row(tx, item)?.and_then(to_row), adm))),
+            _ => {
                 let at = |found: Result<usize, usize>| found.expect("lock_order lists every booking's level and event");
                 level_added[at(levels.binary_search(&(event, adm.level.as_str())))] += 1;
                 event_added[at(events.binary_search(&event))] += 1;
                 outcomes.push(Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms: now_ms + item.hold_ms })));
             }
-            Err(rusqlite::Error::SqliteFailure(f, _)) if f.code == rusqlite::ErrorCode::ConstraintViolation => return Ok(None),
-            Err(e) => return Err(e),
         }
     }
     for ((event, level), added) in levels.iter().zip(&level_added).filter(|(_, n)| **n > 0) {
-        if !counted(tx.prepare_cached(sqlite_sql::COUNT_LEVEL_BY)?.execute(params![event, level, added]))? {
+        if tx.prepare_cached(sqlite_sql::COUNT_LEVEL_BY)?.execute(params![event, level, added])? != 1 {
             return Ok(None);
         }
     }
     for (event, added) in events.iter().zip(&event_added).filter(|(_, n)| **n > 0) {
-        if !counted(tx.prepare_cached(sqlite_sql::COUNT_EVENT_BY)?.execute(params![event, added]))? {
+        if tx.prepare_cached(sqlite_sql::COUNT_EVENT_BY)?.execute(params![event, added])? != 1 {
             return Ok(None);
         }
     }
     Ok(Some(outcomes))
-}
-
-/// Whether a counter took the batch: no row changed (past the cap, or no such level) and the
-/// counters' own CHECK constraints both mean "decide one at a time".
-fn counted(changed: rusqlite::Result<usize>) -> rusqlite::Result<bool> {
-    match changed {
-        Ok(n) => Ok(n == 1),
-        Err(rusqlite::Error::SqliteFailure(f, _)) if f.code == rusqlite::ErrorCode::ConstraintViolation => Ok(false),
-        Err(e) => Err(e),
-    }
 }
 
 fn read_row(tx: &rusqlite::Transaction<'_>, item: &HoldItem) -> rusqlite::Result<Option<RowTuple>> {
