@@ -153,6 +153,31 @@ async fn both_dialects_give_the_same_outcomes_and_leave_the_same_rows() {
     assert_eq!(postgres_state, sqlite_state);
 }
 
+/// The bookings of the batches written one at a time with `Store::hold`: the outcomes a batch
+/// writer must give.
+async fn hold_one_at_a_time(store: &Store, batches: Vec<Vec<HoldItem>>) -> Vec<HoldOutcome> {
+    let mut outcomes = Vec::new();
+    for i in batches.concat() {
+        outcomes.push(store.hold(&i.event, &i.admission, i.hold_ms).await.unwrap());
+    }
+    outcomes
+}
+
+/// Each batch through the writer under test (the direct SQLite writer, or `Store::hold_batch`),
+/// its bookings' outcomes in order.
+async fn hold_batches(store: &Store, direct: bool, batches: Vec<Vec<HoldItem>>) -> Vec<HoldOutcome> {
+    let writer = direct.then(|| SqliteBatchWriter::open(&store.sqlite_path().unwrap()).unwrap());
+    let mut outcomes = Vec::new();
+    for batch in batches {
+        let written = match &writer {
+            Some(writer) => writer.hold_batch(Arc::new(batch)).await.unwrap(),
+            None => store.hold_batch(&batch).await.unwrap(),
+        };
+        outcomes.extend(written.into_iter().map(Result::unwrap));
+    }
+    outcomes
+}
+
 /// Batches that name every code and every seat once: PostgreSQL (migration 0005) and the direct
 /// SQLite writer answer these with their fast paths, and fall back to the one-at-a-time path when
 /// a cap or a taken seat refuses a booking. Each batch must give what the bookings give one at a
@@ -177,12 +202,7 @@ fn distinct_batches() -> Vec<Vec<HoldItem>> {
 
 async fn check_distinct_batches(backend: Backend, direct: bool) {
     let (_db, store) = fresh_store(backend).await;
-    let mut expected = Vec::new();
-    for batch in distinct_batches() {
-        for i in &batch {
-            expected.push(store.hold(&i.event, &i.admission, i.hold_ms).await.unwrap());
-        }
-    }
+    let expected = hold_one_at_a_time(&store, distinct_batches()).await;
     let expected_state = state(&store).await;
     assert_eq!(
         kinds(&expected),
@@ -190,15 +210,7 @@ async fn check_distinct_batches(backend: Backend, direct: bool) {
         "the batches cover every outcome but an error"
     );
     let (_db, store) = fresh_store(backend).await;
-    let mut outcomes = Vec::new();
-    let writer = direct.then(|| SqliteBatchWriter::open(&store.sqlite_path().unwrap()).unwrap());
-    for batch in distinct_batches() {
-        let written = match &writer {
-            Some(writer) => writer.hold_batch(Arc::new(batch)).await.unwrap(),
-            None => store.hold_batch(&batch).await.unwrap(),
-        };
-        outcomes.extend(written.into_iter().map(Result::unwrap));
-    }
+    let outcomes = hold_batches(&store, direct, distinct_batches()).await;
     assert_eq!(kinds(&outcomes), kinds(&expected));
     assert_eq!(seats(&outcomes), seats(&expected));
     assert_eq!(state(&store).await, expected_state);
@@ -232,22 +244,11 @@ async fn a_cap_refuses_only_the_bookings_past_it(backend: Backend, direct: bool)
         ]
     };
     let (_db, store) = fresh_store(backend).await;
-    let mut expected = Vec::new();
-    for i in batches().concat() {
-        expected.push(store.hold(&i.event, &i.admission, i.hold_ms).await.unwrap());
-    }
+    let expected = hold_one_at_a_time(&store, batches()).await;
     assert_eq!(kinds(&expected), ["held", "level_full", "held", "held", "sold_out"]);
     let expected_state = state(&store).await;
     let (_db, store) = fresh_store(backend).await;
-    let writer = direct.then(|| SqliteBatchWriter::open(&store.sqlite_path().unwrap()).unwrap());
-    let mut outcomes = Vec::new();
-    for batch in batches() {
-        let written = match &writer {
-            Some(writer) => writer.hold_batch(Arc::new(batch)).await.unwrap(),
-            None => store.hold_batch(&batch).await.unwrap(),
-        };
-        outcomes.extend(written.into_iter().map(Result::unwrap));
-    }
+    let outcomes = hold_batches(&store, direct, batches()).await;
     assert_eq!(kinds(&outcomes), kinds(&expected));
     assert_eq!(state(&store).await, expected_state);
 }
