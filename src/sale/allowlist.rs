@@ -3,10 +3,11 @@
 //! as sorted 32-byte binary hashes (32 MB per million codes), and answers the gate with a binary
 //! search instead of a round trip. The hashes are uniform, so their first two bytes index the
 //! sorted array (a 256 KB table): a search looks at the ~15 hashes of one prefix, not at 20 cache
-//! misses across the whole array (that search was 3 % of `serve`'s CPU with a million codes). `open` stamps every load with a fresh `allow_version` in the
-//! event's meta hash; the catalog re-reads meta every `CATALOG_TTL`, and a changed version makes
-//! the next gate check reload the set. The copy comes from Redis, never from the database, so
-//! there is still no database fallback during the sale.
+//! misses across the whole array (that search was 3 % of `serve`'s CPU with a million codes).
+//! `open` stamps every load with a fresh `allow_version` in the event's meta hash; the catalog
+//! re-reads meta every `CATALOG_TTL`, and a changed version makes the next gate check reload the
+//! set. The copy comes from Redis, never from the database, so there is still no database
+//! fallback during the sale.
 
 use crate::sale::catalog::{Catalog, EventView};
 use crate::domain::code::CodeHash;

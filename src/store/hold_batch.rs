@@ -92,21 +92,24 @@ impl Store {
     }
 }
 
-/// What `seatrush_hold` needs to know of a batch besides its bookings (it checks that the shape
-/// fits them): the counter rows in lock order, each booking's place among them (1-based), and
-/// whether a code or a seat comes twice (then the one-at-a-time path decides every booking).
-struct BatchShape<'a> {
-    levels: Vec<(&'a str, &'a str)>,
-    events: Vec<&'a str>,
-    at_level: Vec<i32>,
-    at_event: Vec<i32>,
-    repeats: bool,
+/// What a fast path needs to know of a batch besides its bookings: the counter rows in lock
+/// order, each booking's place among them, and whether a code or a seat comes twice (then the
+/// one-at-a-time path decides every booking). `seatrush_hold` takes it as arguments (and checks
+/// that it fits the bookings); the direct SQLite writer counts its batch with it.
+pub(super) struct BatchShape<'a> {
+    pub levels: Vec<(&'a str, &'a str)>,
+    pub events: Vec<&'a str>,
+    /// Per booking, its level's index in `levels` (0-based).
+    pub at_level: Vec<usize>,
+    /// Per booking, its event's index in `events` (0-based).
+    pub at_event: Vec<usize>,
+    pub repeats: bool,
 }
 
 impl<'a> BatchShape<'a> {
-    fn of(items: &'a [HoldItem]) -> Self {
+    pub fn of(items: &'a [HoldItem]) -> Self {
         let (levels, events) = lock_order(items);
-        let place = |found: Result<usize, usize>| found.map(|i| i as i32 + 1).expect("lock_order lists every booking's level and event");
+        let place = |found: Result<usize, usize>| found.expect("lock_order lists every booking's level and event");
         let at_level = items.iter().map(|i| place(levels.binary_search(&(i.event.as_str(), i.admission.level.as_str())))).collect();
         let at_event = items.iter().map(|i| place(events.binary_search(&i.event.as_str()))).collect();
         Self { levels, events, at_level, at_event, repeats: repeats(items) }
@@ -115,7 +118,7 @@ impl<'a> BatchShape<'a> {
 
 /// Whether the batch names a code or a seat (of one event) twice: then each such booking would
 /// see the one before it, and only the one-at-a-time path gives each its own outcome.
-pub(super) fn repeats(items: &[HoldItem]) -> bool {
+fn repeats(items: &[HoldItem]) -> bool {
     let mut codes: Vec<(&str, &str)> = items.iter().map(|i| (i.event.as_str(), i.admission.code.as_str())).collect();
     let mut seats: Vec<(&str, i64)> = items.iter().map(|i| (i.event.as_str(), i.admission.slot)).collect();
     codes.sort_unstable();
@@ -138,9 +141,12 @@ async fn hold_postgres(pool: &PgPool, items: &[HoldItem]) -> Result<Outcomes, St
     let hold: Vec<i64> = items.iter().map(|i| i.hold_ms).collect();
     let shape = BatchShape::of(items);
     let (level_events, level_names): (Vec<&str>, Vec<&str>) = shape.levels.iter().copied().unzip();
+    // PostgreSQL's arrays count from 1.
+    let one_based = |places: &[usize]| places.iter().map(|&p| p as i32 + 1).collect::<Vec<i32>>();
+    let (at_level, at_event) = (one_based(&shape.at_level), one_based(&shape.at_event));
     let rows: Vec<PostgresHoldRow> = sqlx::query_as(POSTGRES_HOLD)
         .bind(events).bind(codes).bind(nonces).bind(ids).bind(slots).bind(levels).bind(admitted).bind(hold)
-        .bind(level_events).bind(level_names).bind(&shape.events).bind(&shape.at_level).bind(&shape.at_event).bind(shape.repeats)
+        .bind(level_events).bind(level_names).bind(&shape.events).bind(at_level).bind(at_event).bind(shape.repeats)
         .fetch_all(pool)
         .await?;
     // The function answers each booking once, in order; anything else is a bug in it.

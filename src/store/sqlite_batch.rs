@@ -15,7 +15,7 @@
 //! one-at-a-time path decides every booking again, exactly as before.
 
 use super::bookings::{to_row, unclaimed, RowTuple};
-use super::hold_batch::{lock_order, repeats, sqlite_sql, Outcomes};
+use super::hold_batch::{sqlite_sql, BatchShape, Outcomes};
 use crate::domain::admission::Seat;
 use crate::domain::event::now_ms;
 use super::{HoldItem, HoldOutcome, StoreError};
@@ -108,12 +108,13 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
 }
 
 fn write(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Outcomes> {
-    if !repeats(items) {
+    let shape = BatchShape::of(items);
+    if !shape.repeats {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now_ms = now_ms();
         // A refusal, or an error that the slow path pins on one booking (or on the whole batch,
         // when it is the transaction's): dropping the transaction rolls the fast path back.
-        if let Ok(Some(outcomes)) = write_at_once(&tx, items, now_ms) {
+        if let Ok(Some(outcomes)) = write_at_once(&tx, items, &shape, now_ms) {
             tx.commit()?;
             return Ok(outcomes);
         }
@@ -124,32 +125,26 @@ fn write(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Outcomes
 /// The fast path: every booking upserted, the held ones counted once per level and per event.
 /// None when a counter refuses the batch (past a cap, or no such level); a booking's own error,
 /// a taken seat among them, is an `Err`. Either way the caller decides one at a time.
-fn write_at_once(tx: &rusqlite::Transaction<'_>, items: &[HoldItem], now_ms: i64) -> rusqlite::Result<Option<Outcomes>> {
-    let (levels, events) = lock_order(items);
-    let mut level_added = vec![0i64; levels.len()];
-    let mut event_added = vec![0i64; events.len()];
+fn write_at_once(tx: &rusqlite::Transaction<'_>, items: &[HoldItem], shape: &BatchShape<'_>, now_ms: i64) -> rusqlite::Result<Option<Outcomes>> {
+    let mut level_added = vec![0i64; shape.levels.len()];
+    let mut event_added = vec![0i64; shape.events.len()];
     let mut outcomes = Vec::with_capacity(items.len());
-    for item in items {
-        let (event, adm) = (item.event.as_str(), &item.admission);
-        let claimed = tx.prepare_cached(sqlite_sql::UPSERT)?.execute(params![
-            event, adm.code.as_str(), adm.nonce.as_str(), adm.id, adm.slot, adm.level, "held", adm.admitted_ms, now_ms + item.hold_ms, now_ms
-        ])?;
-        match claimed {
-            0 => outcomes.push(Ok(unclaimed(read_row(tx, item)?.and_then(to_row), adm))),
-            _ => {
-                let at = |found: Result<usize, usize>| found.expect("lock_order lists every booking's level and event");
-                level_added[at(levels.binary_search(&(event, adm.level.as_str())))] += 1;
-                event_added[at(events.binary_search(&event))] += 1;
-                outcomes.push(Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms: now_ms + item.hold_ms })));
+    for (i, item) in items.iter().enumerate() {
+        match claim(tx, item, now_ms)? {
+            Some(stopped) => outcomes.push(Ok(stopped)),
+            None => {
+                level_added[shape.at_level[i]] += 1;
+                event_added[shape.at_event[i]] += 1;
+                outcomes.push(Ok(held(item, now_ms)));
             }
         }
     }
-    for ((event, level), added) in levels.iter().zip(&level_added).filter(|(_, n)| **n > 0) {
+    for ((event, level), added) in shape.levels.iter().zip(&level_added).filter(|(_, n)| **n > 0) {
         if tx.prepare_cached(sqlite_sql::COUNT_LEVEL_BY)?.execute(params![event, level, added])? != 1 {
             return Ok(None);
         }
     }
-    for (event, added) in events.iter().zip(&event_added).filter(|(_, n)| **n > 0) {
+    for (event, added) in shape.events.iter().zip(&event_added).filter(|(_, n)| **n > 0) {
         if tx.prepare_cached(sqlite_sql::COUNT_EVENT_BY)?.execute(params![event, added])? != 1 {
             return Ok(None);
         }
@@ -179,8 +174,7 @@ fn write_one_at_a_time(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::R
         let outcome = match hold_one(&tx, item, now_ms) {
             Ok(None) => {
                 tx.prepare_cached("RELEASE booking")?.execute([])?;
-                let adm = &item.admission;
-                outcomes.push(Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms: now_ms + item.hold_ms })));
+                outcomes.push(Ok(held(item, now_ms)));
                 continue;
             }
             Ok(Some(refused)) => Ok(refused),
@@ -196,8 +190,9 @@ fn write_one_at_a_time(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::R
     Ok(outcomes)
 }
 
-/// `hold`'s statements for one booking: None when it is now held, else why not.
-fn hold_one(tx: &rusqlite::Transaction<'_>, item: &HoldItem, now_ms: i64) -> rusqlite::Result<Option<HoldOutcome>> {
+/// The arbiter's upsert for one booking: None when the row is now held by its admission, else
+/// the outcome the row that stopped it gives.
+fn claim(tx: &rusqlite::Transaction<'_>, item: &HoldItem, now_ms: i64) -> rusqlite::Result<Option<HoldOutcome>> {
     let (event, adm) = (item.event.as_str(), &item.admission);
     let claimed = tx.prepare_cached(sqlite_sql::UPSERT)?.execute(params![
         event, adm.code.as_str(), adm.nonce.as_str(), adm.id, adm.slot, adm.level, "held", adm.admitted_ms, now_ms + item.hold_ms, now_ms
@@ -205,6 +200,21 @@ fn hold_one(tx: &rusqlite::Transaction<'_>, item: &HoldItem, now_ms: i64) -> rus
     if claimed == 0 {
         return Ok(Some(unclaimed(read_row(tx, item)?.and_then(to_row), adm)));
     }
+    Ok(None)
+}
+
+/// A booking this write holds: its hold runs from the write.
+fn held(item: &HoldItem, now_ms: i64) -> HoldOutcome {
+    let adm = &item.admission;
+    HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms: now_ms + item.hold_ms })
+}
+
+/// `hold`'s statements for one booking: None when it is now held, else why not.
+fn hold_one(tx: &rusqlite::Transaction<'_>, item: &HoldItem, now_ms: i64) -> rusqlite::Result<Option<HoldOutcome>> {
+    if let Some(stopped) = claim(tx, item, now_ms)? {
+        return Ok(Some(stopped));
+    }
+    let (event, adm) = (item.event.as_str(), &item.admission);
     let level = tx.prepare_cached(sqlite_sql::COUNT_LEVEL)?.execute(params![event, adm.level])?;
     if level == 0 {
         return Ok(Some(HoldOutcome::LevelFull));

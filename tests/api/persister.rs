@@ -8,7 +8,7 @@ use seatrush::domain::event::EventId;
 use seatrush::domain::nonce::Nonce;
 use seatrush::sale::persister::{PersistPolicy, Persister};
 use seatrush::domain::admission::Admission;
-use seatrush::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store};
+use seatrush::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store, StoreError};
 use seatrush::sale::stats::Stats;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -117,12 +117,7 @@ async fn check_batched(backend: Backend, direct: bool) {
     let (db, store) = fresh_store(backend).await;
     let (items, _) = scenario();
     let before_ms = seatrush::domain::event::now_ms();
-    let outcomes: Vec<HoldOutcome> = if direct {
-        let path = store.sqlite_path().unwrap();
-        SqliteBatchWriter::open(&path).unwrap().hold_batch(Arc::new(items)).await.unwrap().into_iter().map(Result::unwrap).collect()
-    } else {
-        store.hold_batch(&items).await.unwrap().into_iter().map(Result::unwrap).collect()
-    };
+    let outcomes = hold_batches(&store, direct, vec![items]).await;
     assert_eq!(kinds(&outcomes), kinds(&expected));
     assert_eq!(seats(&outcomes), seats(&expected));
     assert_hold_runs_from_the_write(&outcomes, before_ms, 900_000);
@@ -163,17 +158,32 @@ async fn hold_one_at_a_time(store: &Store, batches: Vec<Vec<HoldItem>>) -> Vec<H
     outcomes
 }
 
-/// Each batch through the writer under test (the direct SQLite writer, or `Store::hold_batch`),
-/// its bookings' outcomes in order.
+/// The batch writer under test: the direct SQLite writer, or `Store::hold_batch`.
+struct BatchUnderTest<'a> {
+    store: &'a Store,
+    direct: Option<SqliteBatchWriter>,
+}
+
+impl<'a> BatchUnderTest<'a> {
+    fn new(store: &'a Store, direct: bool) -> Self {
+        Self { store, direct: direct.then(|| SqliteBatchWriter::open(&store.sqlite_path().unwrap()).unwrap()) }
+    }
+
+    /// One batch, one transaction: each booking's own outcome.
+    async fn write(&self, batch: Vec<HoldItem>) -> Vec<Result<HoldOutcome, StoreError>> {
+        match &self.direct {
+            Some(writer) => writer.hold_batch(Arc::new(batch)).await.unwrap(),
+            None => self.store.hold_batch(&batch).await.unwrap(),
+        }
+    }
+}
+
+/// Each batch through the writer under test, its bookings' outcomes in order.
 async fn hold_batches(store: &Store, direct: bool, batches: Vec<Vec<HoldItem>>) -> Vec<HoldOutcome> {
-    let writer = direct.then(|| SqliteBatchWriter::open(&store.sqlite_path().unwrap()).unwrap());
+    let writer = BatchUnderTest::new(store, direct);
     let mut outcomes = Vec::new();
     for batch in batches {
-        let written = match &writer {
-            Some(writer) => writer.hold_batch(Arc::new(batch)).await.unwrap(),
-            None => store.hold_batch(&batch).await.unwrap(),
-        };
-        outcomes.extend(written.into_iter().map(Result::unwrap));
+        outcomes.extend(writer.write(batch).await.into_iter().map(Result::unwrap));
     }
     outcomes
 }
@@ -269,11 +279,7 @@ async fn a_cap_refuses_only_the_bookings_past_it_postgres() {
 async fn an_error_of_one_booking_fails_only_that_booking(backend: Backend, direct: bool) {
     let (_db, store) = fresh_store(backend).await;
     let items = vec![item("CODE-1", "a1", 1, "B1"), item("CODE-2", "b1", 2, "NOPE"), item("CODE-3", "c1", 3, "B1")];
-    let outcomes = if direct {
-        SqliteBatchWriter::open(&store.sqlite_path().unwrap()).unwrap().hold_batch(Arc::new(items)).await.unwrap()
-    } else {
-        store.hold_batch(&items).await.unwrap()
-    };
+    let outcomes = BatchUnderTest::new(&store, direct).write(items).await;
     assert_eq!(outcomes.len(), 3);
     assert_eq!(outcomes[0].as_ref().unwrap().kind(), "held");
     assert!(outcomes[1].is_err(), "{:?}", outcomes[1]);
