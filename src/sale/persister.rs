@@ -16,7 +16,7 @@ use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::scripts::{is_noscript, Scripts};
 use crate::sale::stats::Stats;
-use crate::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store, StoreError};
+use crate::store::{HoldItem, HoldOutcome, PostgresBatchWriter, SqliteBatchWriter, Store, StoreError};
 use redis::Value;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -135,19 +135,25 @@ impl Persister {
         if policy.batch_size_max == 0 {
             return Self { store, queue: None, marks };
         }
-        let writer = match store.sqlite_path().filter(|_| policy.direct_sqlite).map(|p| SqliteBatchWriter::open(&p)) {
-            Some(Ok(direct)) => BatchWriter::Direct(direct),
+        let direct = match store.sqlite_path().filter(|_| policy.direct_sqlite).map(|p| SqliteBatchWriter::open(&p)) {
+            Some(Ok(direct)) => Some(direct),
             Some(Err(e)) => {
                 // Same SQL, only slower: a working sale beats a refused start.
                 tracing::warn!(error = %e, "cannot open a second SQLite connection; batching through sqlx instead");
-                BatchWriter::Sqlx(store.clone())
+                None
             }
-            None => BatchWriter::Sqlx(store.clone()),
+            None => None,
         };
         let (queue, receiver) = mpsc::channel(QUEUE_DEPTH_MAX);
         let receiver = Arc::new(Mutex::new(receiver));
         for _ in 0..policy.writers.max(1) {
-            tokio::spawn(write_batches(writer.clone(), policy, receiver.clone(), marks.clone(), stats.clone()));
+            // Each PostgreSQL writer keeps a connection of its own; SQLite's share the one file lock.
+            let writer = match (&direct, store.postgres_batch_writer()) {
+                (_, Some(postgres)) => BatchWriter::Postgres(postgres),
+                (Some(direct), None) => BatchWriter::Direct(direct.clone()),
+                (None, None) => BatchWriter::Sqlx(store.clone()),
+            };
+            tokio::spawn(write_batches(writer, policy, receiver.clone(), marks.clone(), stats.clone()));
         }
         Self { store, queue: Some(queue), marks }
     }
@@ -177,14 +183,14 @@ impl Persister {
     }
 }
 
-#[derive(Clone)]
 enum BatchWriter {
     Sqlx(Store),
     Direct(SqliteBatchWriter),
+    Postgres(PostgresBatchWriter),
 }
 
 async fn write_batches(
-    writer: BatchWriter,
+    mut writer: BatchWriter,
     policy: PersistPolicy,
     receiver: Arc<Mutex<mpsc::Receiver<Job>>>,
     marks: Option<PersistedMarks>,
@@ -205,9 +211,10 @@ async fn write_batches(
         let (items, replies): (Vec<HoldItem>, Vec<oneshot::Sender<HoldResult>>) = batch.drain(..).map(|j| (j.item, j.reply)).unzip();
         let items = Arc::new(items);
         let started = Instant::now();
-        let written = match &writer {
+        let written = match &mut writer {
             BatchWriter::Sqlx(store) => store.hold_batch(&items).await,
             BatchWriter::Direct(direct) => direct.hold_batch(items.clone()).await,
+            BatchWriter::Postgres(postgres) => postgres.hold_batch(&items).await,
         };
         // Whether the writer is the bottleneck (busy time near wall time per writer) and how big
         // its batches run: issue 10's PostgreSQL runs were found to be bound here.

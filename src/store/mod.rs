@@ -11,7 +11,7 @@ mod sqlite_batch;
 pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome, Release};
 pub use consistent::HoldersSnapshot;
 pub use events::StoredEvent;
-pub use hold_batch::HoldItem;
+pub use hold_batch::{HoldItem, PostgresBatchWriter};
 pub use sqlite_batch::SqliteBatchWriter;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -129,6 +129,12 @@ impl Store {
     /// A store over a pool of its own with at most `connections` connections to the same
     /// database, opened lazily. The request path writes through one, so `/healthz`, payment
     /// bursts and the reaper, which share the main pool, can never starve it (and it them).
+    ///
+    /// Its connections are not pinged when taken from the pool: sqlx's default test is a round
+    /// trip of its own, one per batch, which made every PostgreSQL batch two round trips and
+    /// woke the server twice (issue 10, seen with strace). A connection that broke while idle
+    /// fails the one statement that finds out, which the request path already survives (the
+    /// booking stays pending and the reaper settles it), and sqlx drops it.
     pub fn dedicated(&self, connections: u32) -> Store {
         let connections = connections.max(1);
         match self {
@@ -136,14 +142,24 @@ impl Store {
                 SqlitePoolOptions::new()
                     .max_connections(connections)
                     .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .test_before_acquire(false)
                     .connect_lazy_with((*pool.connect_options()).clone()),
             ),
             Store::Postgres(pool) => Store::Postgres(
                 PgPoolOptions::new()
                     .max_connections(connections)
                     .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .test_before_acquire(false)
                     .connect_lazy_with((*pool.connect_options()).clone()),
             ),
+        }
+    }
+
+    /// A batch writer that keeps one connection of this pool for itself; None for SQLite.
+    pub fn postgres_batch_writer(&self) -> Option<PostgresBatchWriter> {
+        match self {
+            Store::Postgres(pool) => Some(PostgresBatchWriter::new(pool.clone())),
+            Store::Sqlite(_) => None,
         }
     }
 

@@ -8,7 +8,7 @@ use seatrush::domain::event::EventId;
 use seatrush::domain::nonce::Nonce;
 use seatrush::sale::persister::{PersistPolicy, Persister};
 use seatrush::domain::admission::Admission;
-use seatrush::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store, StoreError};
+use seatrush::store::{HoldItem, HoldOutcome, PostgresBatchWriter, SqliteBatchWriter, Store, StoreError};
 use seatrush::sale::stats::Stats;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -140,6 +140,12 @@ async fn a_batch_gives_every_booking_the_outcome_hold_gives_it_postgres() {
     check_batched(Backend::Postgres, false).await;
 }
 
+/// The persister's PostgreSQL writer, on the connection it keeps between batches.
+#[tokio::test]
+async fn a_batch_gives_every_booking_the_outcome_hold_gives_it_postgres_writer() {
+    check_batched(Backend::Postgres, true).await;
+}
+
 #[tokio::test]
 async fn both_dialects_give_the_same_outcomes_and_leave_the_same_rows() {
     let (sqlite, sqlite_state) = one_at_a_time(Backend::Sqlite).await;
@@ -158,29 +164,36 @@ async fn hold_one_at_a_time(store: &Store, batches: Vec<Vec<HoldItem>>) -> Vec<H
     outcomes
 }
 
-/// The batch writer under test: the direct SQLite writer, or `Store::hold_batch`.
-struct BatchUnderTest<'a> {
-    store: &'a Store,
-    direct: Option<SqliteBatchWriter>,
+/// The batch writer under test: `Store::hold_batch` on the pool, or the persister's own writer
+/// (`direct`): the direct SQLite connection, or a PostgreSQL connection the writer keeps.
+enum BatchUnderTest<'a> {
+    Pool(&'a Store),
+    Sqlite(SqliteBatchWriter),
+    Postgres(PostgresBatchWriter),
 }
 
 impl<'a> BatchUnderTest<'a> {
     fn new(store: &'a Store, direct: bool) -> Self {
-        Self { store, direct: direct.then(|| SqliteBatchWriter::open(&store.sqlite_path().unwrap()).unwrap()) }
+        match (direct, store.postgres_batch_writer()) {
+            (false, _) => Self::Pool(store),
+            (true, Some(postgres)) => Self::Postgres(postgres),
+            (true, None) => Self::Sqlite(SqliteBatchWriter::open(&store.sqlite_path().unwrap()).unwrap()),
+        }
     }
 
     /// One batch, one transaction: each booking's own outcome.
-    async fn write(&self, batch: Vec<HoldItem>) -> Vec<Result<HoldOutcome, StoreError>> {
-        match &self.direct {
-            Some(writer) => writer.hold_batch(Arc::new(batch)).await.unwrap(),
-            None => self.store.hold_batch(&batch).await.unwrap(),
+    async fn write(&mut self, batch: Vec<HoldItem>) -> Vec<Result<HoldOutcome, StoreError>> {
+        match self {
+            Self::Pool(store) => store.hold_batch(&batch).await.unwrap(),
+            Self::Sqlite(writer) => writer.hold_batch(Arc::new(batch)).await.unwrap(),
+            Self::Postgres(writer) => writer.hold_batch(&batch).await.unwrap(),
         }
     }
 }
 
 /// Each batch through the writer under test, its bookings' outcomes in order.
 async fn hold_batches(store: &Store, direct: bool, batches: Vec<Vec<HoldItem>>) -> Vec<HoldOutcome> {
-    let writer = BatchUnderTest::new(store, direct);
+    let mut writer = BatchUnderTest::new(store, direct);
     let mut outcomes = Vec::new();
     for batch in batches {
         outcomes.extend(writer.write(batch).await.into_iter().map(Result::unwrap));
@@ -240,6 +253,7 @@ async fn a_batch_of_distinct_codes_gives_the_outcomes_hold_gives_sqlite_direct()
 #[tokio::test]
 async fn a_batch_of_distinct_codes_gives_the_outcomes_hold_gives_postgres() {
     check_distinct_batches(Backend::Postgres, false).await;
+    check_distinct_batches(Backend::Postgres, true).await;
 }
 
 /// A cap that refuses a booking while everything else fits: the fast paths count a batch against
@@ -272,6 +286,7 @@ async fn a_cap_refuses_only_the_bookings_past_it_sqlite() {
 #[tokio::test]
 async fn a_cap_refuses_only_the_bookings_past_it_postgres() {
     a_cap_refuses_only_the_bookings_past_it(Backend::Postgres, false).await;
+    a_cap_refuses_only_the_bookings_past_it(Backend::Postgres, true).await;
 }
 
 /// A booking the database refuses with an error of its own (here a level the event lacks) fails
@@ -298,6 +313,34 @@ async fn an_error_of_one_booking_fails_only_that_booking_sqlite() {
 #[tokio::test]
 async fn an_error_of_one_booking_fails_only_that_booking_postgres() {
     an_error_of_one_booking_fails_only_that_booking(Backend::Postgres, false).await;
+    an_error_of_one_booking_fails_only_that_booking(Backend::Postgres, true).await;
+}
+
+/// The PostgreSQL writer keeps its connection between batches, so a server that drops it (a
+/// restart, an operator's `pg_terminate_backend`) must cost one batch, not the rest of the sale:
+/// that batch fails whole (its bookings stay pending, for the reaper), and the next one is written
+/// on a new connection.
+#[tokio::test]
+async fn the_postgres_writer_writes_on_after_its_connection_is_killed() {
+    let (db, store) = fresh_store(Backend::Postgres).await;
+    let mut writer = store.postgres_batch_writer().unwrap();
+    let first = writer.hold_batch(&[item("CODE-1", "a1", 1, "B1")]).await.unwrap();
+    assert_eq!(first[0].as_ref().unwrap().kind(), "held");
+    let admin = sqlx::PgPool::connect(&db.url).await.unwrap();
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()) k",
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert!(killed >= 1, "the writer's connection was among the ones killed");
+    let lost = writer.hold_batch(&[item("CODE-3", "c1", 3, "B1")]).await;
+    assert!(lost.is_err(), "the batch on the dead connection fails whole: {lost:?}");
+    let next = writer.hold_batch(&[item("CODE-4", "d1", 4, "B1")]).await.unwrap();
+    assert_eq!(next[0].as_ref().unwrap().kind(), "held", "written on a new connection");
+    let event = EventId::parse(crate::helpers::EVENT).unwrap();
+    let holders: Vec<i64> = store.seat_holders(&event).await.unwrap().into_iter().map(|r| r.slot).collect();
+    assert_eq!(holders, [1, 4], "the failed batch left nothing behind");
 }
 
 async fn concurrent_callers_each_get_their_own_outcome(backend: Backend) {
