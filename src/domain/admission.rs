@@ -23,4 +23,6 @@ pub struct Seat {
     pub level: String,
     /// When the payment window closes, by the database's clock (the one clock for holds).
     pub hold_until_ms: i64,
+    /// Paid: the window no longer applies (nothing releases a paid seat but the operator).
+    pub paid: bool,
 }

@@ -212,7 +212,7 @@ async fn fake_admission(app: &AppState, event: &EventId, fields: &Map<String, Va
         Some(Value::String(l)) if l.len() <= 32 => l.clone(),
         _ => view.as_deref().and_then(|v| v.levels.keys().next().map(|l| l.to_string())).unwrap_or_else(|| "A".into()),
     };
-    Booked { slot: rand::random_range(1..=seats.max(1)), level, hold_until_ms: now_ms() + hold_seconds * 1000 }
+    Booked { slot: rand::random_range(1..=seats.max(1)), level, hold_until_ms: now_ms() + hold_seconds * 1000, paid: false }
 }
 
 fn field<'a>(fields: &'a Map<String, Value>, name: &str) -> Result<&'a str, ApiError> {

@@ -175,8 +175,13 @@ impl Sale {
     }
 
     /// The seat, unless its payment window has already run out by the database's clock (a retry
-    /// after a long outage): a candidate never gets a `201` whose hold is over.
+    /// after a long outage): a candidate never gets a `201` whose hold is over. A paid seat has no
+    /// window left to run out: its retry is answered with it, however late (it was `503 retry`
+    /// for ever once the window had passed).
     async fn unexpired(&self, seat: Booked) -> Result<Booked, Refusal> {
+        if seat.paid {
+            return Ok(seat);
+        }
         match tokio::time::timeout(self.settings.persist_deadline, self.persister.clock_ms()).await {
             Ok(Ok(now)) if seat.hold_until_ms > now => Ok(seat),
             Ok(Ok(_)) => Err(Refusal::Retry("the hold ran out before the answer")),

@@ -46,7 +46,7 @@ impl BookingRow {
     }
 
     pub fn seat(&self) -> Seat {
-        Seat { slot: self.slot, level: self.level.clone(), hold_until_ms: self.hold_until_ms }
+        Seat { slot: self.slot, level: self.level.clone(), hold_until_ms: self.hold_until_ms, paid: self.state == "paid" }
     }
 }
 

@@ -250,7 +250,7 @@ async fn hold_sqlite(pool: &SqlitePool, items: &[HoldItem]) -> Result<Outcomes, 
                 Ok(HoldOutcome::LevelFull)
             }
             Ok(_) if sqlx::query(COUNT_EVENT).bind(event).execute(&mut *booking).await?.rows_affected() == 0 => Ok(HoldOutcome::SoldOut),
-            Ok(_) => Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms })),
+            Ok(_) => Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms, paid: false })),
         };
         if matches!(outcome, Ok(HoldOutcome::Held(_))) {
             booking.commit().await?;

@@ -206,7 +206,7 @@ fn claim(tx: &rusqlite::Transaction<'_>, item: &HoldItem, now_ms: i64) -> rusqli
 /// A booking this write holds: its hold runs from the write.
 fn held(item: &HoldItem, now_ms: i64) -> HoldOutcome {
     let adm = &item.admission;
-    HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms: now_ms + item.hold_ms })
+    HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms: now_ms + item.hold_ms, paid: false })
 }
 
 /// `hold`'s statements for one booking: None when it is now held, else why not.

@@ -346,3 +346,34 @@ async fn booking_rows_are_never_deleted_sqlite() {
 async fn booking_rows_are_never_deleted_postgres() {
     booking_rows_are_never_deleted(Backend::Postgres).await;
 }
+
+/// A candidate who paid and whose first reply was lost retries long after the payment window:
+/// the retry must be answered with the paid seat. A paid booking no longer runs out (the reaper
+/// and the expiry pass only release held rows), so its retry must not be judged by the window the
+/// payment closed: it was answered `503 retry` ("the hold ran out"), forever.
+async fn a_paid_seat_is_the_answer_to_a_retry_after_its_payment_window(backend: Backend) {
+    let app = spawn_app(AppOptions { backend, hold_seconds: 1, ..Default::default() }).await;
+    let n = nonce("paid");
+    let booked = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!(booked.status, 201, "{:?}", booked.body);
+    let paid = app.operator("CODE-00001", "payment", Some(OPERATOR_TOKEN)).await;
+    assert_eq!(paid.status, 200, "{:?}", paid.body);
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+
+    let retry = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!((retry.status, retry.status_str()), (201, "admitted"), "{:?}", retry.body);
+    assert_eq!(retry.body["slot"], booked.body["slot"], "the paid seat");
+    let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
+    assert_eq!(row.state, "paid");
+    app.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_paid_seat_is_the_answer_to_a_retry_after_its_payment_window_sqlite() {
+    a_paid_seat_is_the_answer_to_a_retry_after_its_payment_window(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_paid_seat_is_the_answer_to_a_retry_after_its_payment_window_postgres() {
+    a_paid_seat_is_the_answer_to_a_retry_after_its_payment_window(Backend::Postgres).await;
+}
