@@ -15,6 +15,7 @@ use crate::fault_hooks::CrashPoint;
 use crate::sale::booking::{Booked, BookingRequest, Refusal};
 use crate::sale::catalog::{EventView, Window};
 use crate::sale::committer::{AdmitCall, CommitError, Committed, ScriptRefusal};
+use crate::sale::persister::Persisted;
 use crate::sale::stats::Stats;
 use crate::sale::Sale;
 use crate::store::{HoldItem, HoldOutcome, StoreError};
@@ -131,8 +132,8 @@ impl Sale {
     async fn persist(&self, view: &EventView, admission: Admission) -> Result<Booked, Refusal> {
         let item = HoldItem { event: view.id.clone(), admission: admission.clone(), hold_ms: view.hold_seconds * 1000 };
         let written = tokio::time::timeout(self.settings.persist_deadline, self.persister.hold(item)).await;
-        let outcome = match written {
-            Ok(Ok(outcome)) => outcome,
+        let Persisted { outcome, clock_ms } = match written {
+            Ok(Ok(persisted)) => persisted,
             // The admission stays pending: the write may still land (then a retry finds it) or
             // the reaper settles it.
             Err(_) => return Err(Refusal::Retry("database write past its deadline")),
@@ -146,12 +147,12 @@ impl Sale {
             // The persister has marked it persisted in Redis already, once for its whole batch.
             // A fresh hold runs from this very write: it cannot have run out yet.
             HoldOutcome::Held(seat) => return Ok(seat),
-            HoldOutcome::AlreadyHeld(seat) => return self.unexpired(seat).await,
+            HoldOutcome::AlreadyHeld(seat) => return unexpired(seat, clock_ms),
             HoldOutcome::SameNonceHolds(seat) => {
                 // A retry whose first admission Redis lost: the row is the answer; this newer
                 // admission is one too many.
                 self.settle_or_leave(view, &admission, false).await;
-                return self.unexpired(seat).await;
+                return unexpired(seat, clock_ms);
             }
             HoldOutcome::ReaperWon => {
                 // Claimed released first (or a later admission took the row): settle it like every
@@ -174,21 +175,6 @@ impl Sale {
         Err(refusal)
     }
 
-    /// The seat, unless its payment window has already run out by the database's clock (a retry
-    /// after a long outage): a candidate never gets a `201` whose hold is over. A paid seat has no
-    /// window left to run out: its retry is answered with it, however late (it was `503 retry`
-    /// for ever once the window had passed).
-    async fn unexpired(&self, seat: Booked) -> Result<Booked, Refusal> {
-        if seat.paid {
-            return Ok(seat);
-        }
-        match tokio::time::timeout(self.settings.persist_deadline, self.persister.clock_ms()).await {
-            Ok(Ok(now)) if seat.hold_until_ms > now => Ok(seat),
-            Ok(Ok(_)) => Err(Refusal::Retry("the hold ran out before the answer")),
-            Ok(Err(_)) | Err(_) => Err(Refusal::Retry("database unavailable")),
-        }
-    }
-
     /// Settles an admission that gets no seat from this request; if the database or Redis is
     /// down it stays pending and the reaper settles it.
     /// Bounded by the persist deadline, so a stalled database never holds the answer: a settle cut
@@ -200,5 +186,18 @@ impl Sale {
             Ok(Err(e)) => tracing::debug!(event = %view.id, error = %e, "admission left pending for the reaper"),
             Err(_) => tracing::debug!(event = %view.id, "settle past the deadline; the reaper finishes it"),
         }
+    }
+}
+
+/// The seat, unless its payment window had already run out by the database's clock at the write
+/// (a retry after a long outage): a candidate never gets a `201` whose hold is over. That write is
+/// milliseconds before the answer; holds last minutes. A paid seat has no window left to run out:
+/// its retry is answered with it, however late (it was `503 retry` for ever once the window had
+/// passed).
+fn unexpired(seat: Booked, clock_ms: i64) -> Result<Booked, Refusal> {
+    if seat.paid || seat.hold_until_ms > clock_ms {
+        Ok(seat)
+    } else {
+        Err(Refusal::Retry("the hold ran out before the answer"))
     }
 }

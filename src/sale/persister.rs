@@ -16,7 +16,7 @@ use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::scripts::{is_noscript, Scripts};
 use crate::sale::stats::Stats;
-use crate::store::{HoldItem, HoldOutcome, PostgresBatchWriter, SqliteBatchWriter, Store, StoreError};
+use crate::store::{HoldItem, HoldOutcome, PostgresBatchWriter, SqliteBatchWriter, Store, StoreError, Written};
 use redis::Value;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -43,11 +43,11 @@ pub struct PersistPolicy {
 pub const UNBATCHED_CONNECTIONS_MAX: u32 = 16;
 
 impl PersistPolicy {
-    /// Database connections the request path needs: one per writer task and one for its read of
-    /// the database clock before a `201` ([`Persister::clock_ms`]), or a small pool when every
-    /// request writes on its own.
+    /// Database connections the request path needs: one per writer task (each write answers with
+    /// the database's clock, so nothing else reads), or a small pool when every request writes on
+    /// its own.
     pub fn connections(&self) -> u32 {
-        if self.batch_size_max == 0 { UNBATCHED_CONNECTIONS_MAX } else { self.writers.max(1) as u32 + 1 }
+        if self.batch_size_max == 0 { UNBATCHED_CONNECTIONS_MAX } else { self.writers.max(1) as u32 }
     }
 }
 
@@ -59,9 +59,16 @@ impl Default for PersistPolicy {
 
 type HoldResult = Result<HoldOutcome, StoreError>;
 
+/// A booking's outcome, and the database's clock at the write that gave it (see [`Written`]).
+#[derive(Debug)]
+pub struct Persisted {
+    pub outcome: HoldOutcome,
+    pub clock_ms: i64,
+}
+
 struct Job {
     item: HoldItem,
-    reply: oneshot::Sender<HoldResult>,
+    reply: oneshot::Sender<Result<Persisted, StoreError>>,
 }
 
 /// Drops the pending entries of written bookings (`lua/persisted.lua`), a batch at a time.
@@ -158,19 +165,15 @@ impl Persister {
         Self { store, queue: Some(queue), marks }
     }
 
-    /// The database's clock, read on the request path's own connections.
-    pub async fn clock_ms(&self) -> Result<i64, StoreError> {
-        self.store.clock_ms().await
-    }
-
     /// The request path's write, batched or not; same outcome either way.
-    pub async fn hold(&self, item: HoldItem) -> HoldResult {
+    pub async fn hold(&self, item: HoldItem) -> Result<Persisted, StoreError> {
         let Some(queue) = &self.queue else {
-            let outcome = self.store.hold(&item.event, &item.admission, item.hold_ms).await;
+            let Written { mut outcomes, clock_ms } = self.store.hold_batch(std::slice::from_ref(&item)).await?;
+            assert_eq!(outcomes.len(), 1, "one outcome per booking");
             if let Some(marks) = &self.marks {
-                marks.mark(std::slice::from_ref(&item), std::slice::from_ref(&outcome)).await;
+                marks.mark(std::slice::from_ref(&item), &outcomes).await;
             }
-            return outcome;
+            return outcomes.pop().expect("asserted above").map(|outcome| Persisted { outcome, clock_ms });
         };
         let (reply, answer) = oneshot::channel();
         let stopped = || StoreError::Batch("the database writer stopped".into());
@@ -208,7 +211,7 @@ async fn write_batches(
                 let _ = tokio::time::timeout(policy.linger, receiver.recv_many(&mut batch, room)).await;
             }
         }
-        let (items, replies): (Vec<HoldItem>, Vec<oneshot::Sender<HoldResult>>) = batch.drain(..).map(|j| (j.item, j.reply)).unzip();
+        let (items, replies): (Vec<HoldItem>, Vec<oneshot::Sender<Result<Persisted, StoreError>>>) = batch.drain(..).map(|j| (j.item, j.reply)).unzip();
         let items = Arc::new(items);
         let started = Instant::now();
         let written = match &mut writer {
@@ -221,11 +224,11 @@ async fn write_batches(
         stats.persist_busy_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         stats.persist_batched.fetch_add(items.len() as u64, Ordering::Relaxed);
         Stats::bump(&stats.persist_batches);
-        let outcomes: Vec<HoldResult> = match written {
-            Ok(outcomes) => outcomes,
+        let (outcomes, clock_ms): (Vec<HoldResult>, i64) = match written {
+            Ok(Written { outcomes, clock_ms }) => (outcomes, clock_ms),
             Err(err) => {
                 let message = err.to_string();
-                items.iter().map(|_| Err(StoreError::Batch(message.clone()))).collect()
+                (items.iter().map(|_| Err(StoreError::Batch(message.clone()))).collect(), 0)
             }
         };
         assert_eq!(outcomes.len(), replies.len(), "one outcome per booking of the batch");
@@ -238,7 +241,7 @@ async fn write_batches(
                 marks.mark(&items, &outcomes).await;
             }
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                let _ = reply.send(outcome);
+                let _ = reply.send(outcome.map(|outcome| Persisted { outcome, clock_ms }));
             }
         });
     }

@@ -33,6 +33,22 @@ pub struct HoldItem {
 
 pub(super) type Outcomes = Vec<Result<HoldOutcome, StoreError>>;
 
+/// A batch as the database wrote it: each booking's outcome, in order, and the database's clock
+/// at the write. A retry's hold is judged by that clock (a `201` never names a hold that had run
+/// out), so the request path reads no clock of its own: on PostgreSQL that read was a round trip
+/// for every retry (issue 10). An empty batch writes nothing and reads no clock (`clock_ms` 0).
+#[derive(Debug)]
+pub struct Written {
+    pub outcomes: Outcomes,
+    pub clock_ms: i64,
+}
+
+impl Written {
+    fn nothing() -> Self {
+        Self { outcomes: Vec::new(), clock_ms: 0 }
+    }
+}
+
 /// SQLite's `hold`, statement by statement, for sqlx and rusqlite alike ($N placeholders work in both).
 pub(super) mod sqlite_sql {
     /// Touches the counter rows first so the transaction's first statement writes: SQLite takes
@@ -56,7 +72,10 @@ pub(super) mod sqlite_sql {
 /// PostgreSQL's `hold`: every booking of the batch in one call (binds: arrays of events, codes,
 /// nonces, admission ids, slots, levels, admitted-at, hold lengths), one row back per booking.
 /// Then the batch's shape ([`BatchShape`]).
-const POSTGRES_HOLD: &str = "SELECT outcome, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms
+/// The last column is the database's clock once the function has written (the outer query reads
+/// it after the function's rows are all in), before the commit.
+const POSTGRES_HOLD: &str = "SELECT outcome, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms,
+            (extract(epoch FROM clock_timestamp()) * 1000)::bigint
      FROM seatrush_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
 /// The levels and events of a batch, sorted, each once: the order counter rows are locked in.
@@ -75,16 +94,16 @@ impl Store {
     /// this write, by the database's clock.
     pub async fn hold(&self, event: &EventId, adm: &Admission, hold_ms: i64) -> Result<HoldOutcome, StoreError> {
         let item = HoldItem { event: event.clone(), admission: adm.clone(), hold_ms };
-        let mut outcomes = self.hold_batch(std::slice::from_ref(&item)).await?;
+        let mut outcomes = self.hold_batch(std::slice::from_ref(&item)).await?.outcomes;
         assert_eq!(outcomes.len(), 1, "one outcome per booking");
         outcomes.pop().expect("asserted above")
     }
 
     /// The writes in order, one transaction; an item's own database error fails only that item,
     /// an error of the transaction fails them all (the outer `Err`).
-    pub async fn hold_batch(&self, items: &[HoldItem]) -> Result<Outcomes, StoreError> {
+    pub async fn hold_batch(&self, items: &[HoldItem]) -> Result<Written, StoreError> {
         if items.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Written::nothing());
         }
         match self {
             Store::Postgres(pool) => hold_postgres(pool, items).await,
@@ -130,6 +149,8 @@ fn repeats(items: &[HoldItem]) -> bool {
 }
 
 type PostgresHoldRow = (String, Option<String>, Option<String>, Option<String>, Option<i64>, Option<String>, Option<String>, Option<i64>, Option<i64>);
+/// A row of `POSTGRES_HOLD`: the function's row, then the clock.
+type PostgresHoldAnswer = (String, Option<String>, Option<String>, Option<String>, Option<i64>, Option<String>, Option<String>, Option<i64>, Option<i64>, i64);
 
 /// A PostgreSQL batch writer on a connection of its own, kept from one batch to the next.
 ///
@@ -149,9 +170,9 @@ impl PostgresBatchWriter {
     }
 
     /// The writes in order, one transaction; see [`Store::hold_batch`] for the contract.
-    pub async fn hold_batch(&mut self, items: &[HoldItem]) -> Result<Outcomes, StoreError> {
+    pub async fn hold_batch(&mut self, items: &[HoldItem]) -> Result<Written, StoreError> {
         if items.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Written::nothing());
         }
         let conn = match &mut self.conn {
             Some(conn) => conn,
@@ -165,7 +186,7 @@ impl PostgresBatchWriter {
     }
 }
 
-async fn hold_postgres<'c>(executor: impl PgExecutor<'c>, items: &[HoldItem]) -> Result<Outcomes, StoreError> {
+async fn hold_postgres<'c>(executor: impl PgExecutor<'c>, items: &[HoldItem]) -> Result<Written, StoreError> {
     let events: Vec<&str> = items.iter().map(|i| i.event.as_str()).collect();
     let codes: Vec<&str> = items.iter().map(|i| i.admission.code.as_str()).collect();
     let nonces: Vec<&str> = items.iter().map(|i| i.admission.nonce.as_str()).collect();
@@ -179,14 +200,22 @@ async fn hold_postgres<'c>(executor: impl PgExecutor<'c>, items: &[HoldItem]) ->
     // PostgreSQL's arrays count from 1.
     let one_based = |places: &[usize]| places.iter().map(|&p| p as i32 + 1).collect::<Vec<i32>>();
     let (at_level, at_event) = (one_based(&shape.at_level), one_based(&shape.at_event));
-    let rows: Vec<PostgresHoldRow> = sqlx::query_as(POSTGRES_HOLD)
+    let rows: Vec<PostgresHoldAnswer> = sqlx::query_as(POSTGRES_HOLD)
         .bind(events).bind(codes).bind(nonces).bind(ids).bind(slots).bind(levels).bind(admitted).bind(hold)
         .bind(level_events).bind(level_names).bind(&shape.events).bind(at_level).bind(at_event).bind(shape.repeats)
         .fetch_all(executor)
         .await?;
     // The function answers each booking once, in order; anything else is a bug in it.
     assert_eq!(rows.len(), items.len(), "seatrush_hold answers one row per booking");
-    Ok(rows.into_iter().zip(items).map(|(row, item)| postgres_outcome(row, &item.admission)).collect())
+    let clock_ms = rows.iter().map(|row| row.9).max().expect("a batch is never empty here");
+    let outcomes = rows
+        .into_iter()
+        .zip(items)
+        .map(|((outcome, code, nonce, id, slot, level, state, admitted_ms, hold_until_ms, _), item)| {
+            postgres_outcome((outcome, code, nonce, id, slot, level, state, admitted_ms, hold_until_ms), &item.admission)
+        })
+        .collect();
+    Ok(Written { outcomes, clock_ms })
 }
 
 /// One row of `seatrush_hold` as the outcome `hold` gives; an unknown outcome is an error.
@@ -218,7 +247,7 @@ fn postgres_outcome(row: PostgresHoldRow, adm: &Admission) -> Result<HoldOutcome
     }
 }
 
-async fn hold_sqlite(pool: &SqlitePool, items: &[HoldItem]) -> Result<Outcomes, StoreError> {
+async fn hold_sqlite(pool: &SqlitePool, items: &[HoldItem]) -> Result<Written, StoreError> {
     use sqlite_sql::*;
     let mut tx = pool.begin().await?;
     let (levels, events) = lock_order(items);
@@ -260,5 +289,5 @@ async fn hold_sqlite(pool: &SqlitePool, items: &[HoldItem]) -> Result<Outcomes, 
         outcomes.push(outcome);
     }
     tx.commit().await?;
-    Ok(outcomes)
+    Ok(Written { outcomes, clock_ms: now_ms })
 }

@@ -11,7 +11,7 @@ mod sqlite_batch;
 pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome, Release};
 pub use consistent::HoldersSnapshot;
 pub use events::StoredEvent;
-pub use hold_batch::{HoldItem, PostgresBatchWriter};
+pub use hold_batch::{HoldItem, PostgresBatchWriter, Written};
 pub use sqlite_batch::SqliteBatchWriter;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};

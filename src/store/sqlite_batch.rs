@@ -15,7 +15,7 @@
 //! one-at-a-time path decides every booking again, exactly as before.
 
 use super::bookings::{to_row, unclaimed, RowTuple};
-use super::hold_batch::{sqlite_sql, BatchShape, Outcomes};
+use super::hold_batch::{sqlite_sql, BatchShape, Outcomes, Written};
 use crate::domain::admission::Seat;
 use crate::domain::event::now_ms;
 use super::{HoldItem, HoldOutcome, StoreError};
@@ -66,7 +66,7 @@ impl SqliteBatchWriter {
     }
 
     /// The writes in order, one transaction; see [`super::Store::hold_batch`] for the contract.
-    pub async fn hold_batch(&self, items: Arc<Vec<HoldItem>>) -> Result<Outcomes, StoreError> {
+    pub async fn hold_batch(&self, items: Arc<Vec<HoldItem>>) -> Result<Written, StoreError> {
         let conn = self.conn.clone();
         let written = tokio::task::spawn_blocking(move || {
             let mut conn = conn.lock().expect("a panic while writing is a bug");
@@ -107,7 +107,7 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
     matches!(e, rusqlite::Error::SqliteFailure(f, _) if UNIQUE_CODES.contains(&f.extended_code))
 }
 
-fn write(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Outcomes> {
+fn write(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Written> {
     let shape = BatchShape::of(items);
     if !shape.repeats {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -116,7 +116,7 @@ fn write(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Outcomes
         // when it is the transaction's): dropping the transaction rolls the fast path back.
         if let Ok(Some(outcomes)) = write_at_once(&tx, items, &shape, now_ms) {
             tx.commit()?;
-            return Ok(outcomes);
+            return Ok(Written { outcomes, clock_ms: now_ms });
         }
     }
     write_one_at_a_time(conn, items)
@@ -164,7 +164,7 @@ fn read_row(tx: &rusqlite::Transaction<'_>, item: &HoldItem) -> rusqlite::Result
 }
 
 /// Each booking in a SAVEPOINT of its own, refused alone: the outcome `hold` gives it.
-fn write_one_at_a_time(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Outcomes> {
+fn write_one_at_a_time(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Written> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     // SQLite's clock is this host's (see `Store::clock_ms`), read once the write lock is ours.
     let now_ms = now_ms();
@@ -187,7 +187,7 @@ fn write_one_at_a_time(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::R
         outcomes.push(outcome);
     }
     tx.commit()?;
-    Ok(outcomes)
+    Ok(Written { outcomes, clock_ms: now_ms })
 }
 
 /// The arbiter's upsert for one booking: None when the row is now held by its admission, else

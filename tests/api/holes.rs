@@ -377,3 +377,29 @@ async fn a_paid_seat_is_the_answer_to_a_retry_after_its_payment_window_sqlite() 
 async fn a_paid_seat_is_the_answer_to_a_retry_after_its_payment_window_postgres() {
     a_paid_seat_is_the_answer_to_a_retry_after_its_payment_window(Backend::Postgres).await;
 }
+
+/// A same-nonce retry after its hold ran out, before any expiry pass released the row: the
+/// database still answers "this admission holds it", but the window is over by the database's
+/// clock at that write, so the answer is not the seat.
+async fn a_retry_after_its_hold_ran_out_is_not_given_the_seat(backend: Backend) {
+    let app = spawn_app(AppOptions { backend, hold_seconds: 1, ..Default::default() }).await;
+    let n = nonce("late");
+    let booked = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!(booked.status, 201, "{:?}", booked.body);
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+
+    let retry = app.book("CODE-00001", "A1", &n).await;
+    assert_eq!((retry.status, retry.status_str()), (503, "retry"), "{:?}", retry.body);
+    let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
+    assert_eq!(row.state, "held", "no expiry pass ran: the retry met the row its hold ran out in");
+}
+
+#[tokio::test]
+async fn a_retry_after_its_hold_ran_out_is_not_given_the_seat_sqlite() {
+    a_retry_after_its_hold_ran_out_is_not_given_the_seat(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_retry_after_its_hold_ran_out_is_not_given_the_seat_postgres() {
+    a_retry_after_its_hold_ran_out_is_not_given_the_seat(Backend::Postgres).await;
+}

@@ -181,13 +181,26 @@ impl<'a> BatchUnderTest<'a> {
         }
     }
 
-    /// One batch, one transaction: each booking's own outcome.
+    /// One batch, one transaction: each booking's own outcome. The batch answers with the
+    /// database's clock at the write (a retry's hold is judged by it): read between the call's
+    /// start and its end, and no earlier than the start of the holds it wrote.
     async fn write(&mut self, batch: Vec<HoldItem>) -> Vec<Result<HoldOutcome, StoreError>> {
-        match self {
+        let hold_ms: Vec<i64> = batch.iter().map(|i| i.hold_ms).collect();
+        let before_ms = seatrush::domain::event::now_ms();
+        let written = match self {
             Self::Pool(store) => store.hold_batch(&batch).await.unwrap(),
             Self::Sqlite(writer) => writer.hold_batch(Arc::new(batch)).await.unwrap(),
             Self::Postgres(writer) => writer.hold_batch(&batch).await.unwrap(),
+        };
+        let after_ms = seatrush::domain::event::now_ms();
+        // PostgreSQL rounds its clock to the millisecond, this host truncates: 1 ms either way.
+        assert!((before_ms - 1..=after_ms + 1).contains(&written.clock_ms), "{before_ms} <= {} <= {after_ms}", written.clock_ms);
+        for (outcome, hold_ms) in written.outcomes.iter().zip(hold_ms) {
+            if let Ok(HoldOutcome::Held(seat)) = outcome {
+                assert!(seat.hold_until_ms - hold_ms <= written.clock_ms, "the clock is read at or after the write");
+            }
         }
+        written.outcomes
     }
 }
 
@@ -324,7 +337,7 @@ async fn an_error_of_one_booking_fails_only_that_booking_postgres() {
 async fn the_postgres_writer_writes_on_after_its_connection_is_killed() {
     let (db, store) = fresh_store(Backend::Postgres).await;
     let mut writer = store.postgres_batch_writer().unwrap();
-    let first = writer.hold_batch(&[item("CODE-1", "a1", 1, "B1")]).await.unwrap();
+    let first = writer.hold_batch(&[item("CODE-1", "a1", 1, "B1")]).await.unwrap().outcomes;
     assert_eq!(first[0].as_ref().unwrap().kind(), "held");
     let admin = sqlx::PgPool::connect(&db.url).await.unwrap();
     let killed: i64 = sqlx::query_scalar(
@@ -336,7 +349,7 @@ async fn the_postgres_writer_writes_on_after_its_connection_is_killed() {
     assert!(killed >= 1, "the writer's connection was among the ones killed");
     let lost = writer.hold_batch(&[item("CODE-3", "c1", 3, "B1")]).await;
     assert!(lost.is_err(), "the batch on the dead connection fails whole: {lost:?}");
-    let next = writer.hold_batch(&[item("CODE-4", "d1", 4, "B1")]).await.unwrap();
+    let next = writer.hold_batch(&[item("CODE-4", "d1", 4, "B1")]).await.unwrap().outcomes;
     assert_eq!(next[0].as_ref().unwrap().kind(), "held", "written on a new connection");
     let event = EventId::parse(crate::helpers::EVENT).unwrap();
     let holders: Vec<i64> = store.seat_holders(&event).await.unwrap().into_iter().map(|r| r.slot).collect();
@@ -352,15 +365,15 @@ async fn concurrent_callers_each_get_their_own_outcome(backend: Backend) {
     let calls: Vec<_> = (0..3)
         .map(|i| {
             let p = persister.clone();
-            tokio::spawn(async move { p.hold(item(&format!("CODE-P{i}"), &format!("p{i}"), i + 1, "B1")).await.unwrap() })
+            tokio::spawn(async move { p.hold(item(&format!("CODE-P{i}"), &format!("p{i}"), i + 1, "B1")).await.unwrap().outcome })
         })
         .collect();
     for call in calls {
         assert_eq!(call.await.unwrap().kind(), "held");
     }
-    let again = persister.hold(item("CODE-P0", "p0", 1, "B1")).await.unwrap();
+    let again = persister.hold(item("CODE-P0", "p0", 1, "B1")).await.unwrap().outcome;
     assert_eq!(again.kind(), "already_held");
-    let full = persister.hold(item("CODE-P9", "p9", 9, "B1")).await.unwrap();
+    let full = persister.hold(item("CODE-P9", "p9", 9, "B1")).await.unwrap().outcome;
     assert_eq!(full, HoldOutcome::SoldOut);
     // Every booking went through a counted batch, and the writers' time was counted.
     let batches = stats.persist_batches.load(Ordering::Relaxed);
