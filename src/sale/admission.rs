@@ -121,7 +121,7 @@ impl Sale {
     /// Bounded by the persist deadline: a stalled database costs the seat in the answer, never
     /// the answer.
     async fn current_seat(&self, view: &EventView, code: &CodeHash) -> Option<Booked> {
-        match tokio::time::timeout(self.settings.persist_deadline, self.store.booking(&view.id, code)).await {
+        match tokio::time::timeout(self.settings.persist_deadline, self.seat_reads.booking(&view.id, code)).await {
             Ok(Ok(Some(row))) if row.holds_seat() => Some(row.seat()),
             _ => None,
         }

@@ -66,6 +66,10 @@ impl Default for SaleSettings {
     }
 }
 
+/// Connections of [`Sale`]'s seat reads: a burst of repeated clicks waits for these (each read
+/// bounded by the persist deadline; past it the answer names no seat), never for the shared pool.
+pub const SEAT_READ_CONNECTIONS: u32 = 2;
+
 pub struct Sale {
     pub link: Arc<RedisLink>,
     pub scripts: Arc<Scripts>,
@@ -74,6 +78,11 @@ pub struct Sale {
     pub allowlist: AllowCache,
     pub store: Store,
     pub persister: Persister,
+    /// Where a `409 already_admitted` reads the seat it names: connections of its own, taken
+    /// without sqlx's ping (see `Store::dedicated`). Through the shared pool each read was three
+    /// round trips (a ping before and after), and those reads, one per repeated click, were more
+    /// of PostgreSQL's wake-ups than the writer's batches (issue 10).
+    seat_reads: Store,
     pub stats: Arc<Stats>,
     pub crash: FaultPlan,
     pub settings: SaleSettings,
@@ -108,6 +117,7 @@ impl Sale {
             link,
             scripts,
             committer,
+            seat_reads: store.dedicated(SEAT_READ_CONNECTIONS),
             store,
             stats,
             crash,
