@@ -148,9 +148,8 @@ fn repeats(items: &[HoldItem]) -> bool {
     codes.len() < items.len() || seats.len() < items.len()
 }
 
-type PostgresHoldRow = (String, Option<String>, Option<String>, Option<String>, Option<i64>, Option<String>, Option<String>, Option<i64>, Option<i64>);
 /// A row of `POSTGRES_HOLD`: the function's row, then the clock.
-type PostgresHoldAnswer = (String, Option<String>, Option<String>, Option<String>, Option<i64>, Option<String>, Option<String>, Option<i64>, Option<i64>, i64);
+type PostgresHoldRow = (String, Option<String>, Option<String>, Option<String>, Option<i64>, Option<String>, Option<String>, Option<i64>, Option<i64>, i64);
 
 /// A PostgreSQL batch writer on a connection of its own, kept from one batch to the next.
 ///
@@ -200,7 +199,7 @@ async fn hold_postgres<'c>(executor: impl PgExecutor<'c>, items: &[HoldItem]) ->
     // PostgreSQL's arrays count from 1.
     let one_based = |places: &[usize]| places.iter().map(|&p| p as i32 + 1).collect::<Vec<i32>>();
     let (at_level, at_event) = (one_based(&shape.at_level), one_based(&shape.at_event));
-    let rows: Vec<PostgresHoldAnswer> = sqlx::query_as(POSTGRES_HOLD)
+    let rows: Vec<PostgresHoldRow> = sqlx::query_as(POSTGRES_HOLD)
         .bind(events).bind(codes).bind(nonces).bind(ids).bind(slots).bind(levels).bind(admitted).bind(hold)
         .bind(level_events).bind(level_names).bind(&shape.events).bind(at_level).bind(at_event).bind(shape.repeats)
         .fetch_all(executor)
@@ -208,19 +207,13 @@ async fn hold_postgres<'c>(executor: impl PgExecutor<'c>, items: &[HoldItem]) ->
     // The function answers each booking once, in order; anything else is a bug in it.
     assert_eq!(rows.len(), items.len(), "seatrush_hold answers one row per booking");
     let clock_ms = rows.iter().map(|row| row.9).max().expect("a batch is never empty here");
-    let outcomes = rows
-        .into_iter()
-        .zip(items)
-        .map(|((outcome, code, nonce, id, slot, level, state, admitted_ms, hold_until_ms, _), item)| {
-            postgres_outcome((outcome, code, nonce, id, slot, level, state, admitted_ms, hold_until_ms), &item.admission)
-        })
-        .collect();
+    let outcomes = rows.into_iter().zip(items).map(|(row, item)| postgres_outcome(row, &item.admission)).collect();
     Ok(Written { outcomes, clock_ms })
 }
 
 /// One row of `seatrush_hold` as the outcome `hold` gives; an unknown outcome is an error.
 fn postgres_outcome(row: PostgresHoldRow, adm: &Admission) -> Result<HoldOutcome, StoreError> {
-    let (outcome, code, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms) = row;
+    let (outcome, code, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms, _clock_ms) = row;
     let found = || -> Option<BookingRow> {
         Some(BookingRow {
             code: CodeHash::from_hex(code.as_deref()?)?,
