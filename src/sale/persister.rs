@@ -168,12 +168,12 @@ impl Persister {
     /// The request path's write, batched or not; same outcome either way.
     pub async fn hold(&self, item: HoldItem) -> Result<Persisted, StoreError> {
         let Some(queue) = &self.queue else {
-            let Written { mut outcomes, clock_ms } = self.store.hold_batch(std::slice::from_ref(&item)).await?;
-            assert_eq!(outcomes.len(), 1, "one outcome per booking");
+            let written = self.store.hold_batch(std::slice::from_ref(&item)).await?;
             if let Some(marks) = &self.marks {
-                marks.mark(std::slice::from_ref(&item), &outcomes).await;
+                marks.mark(std::slice::from_ref(&item), &written.outcomes).await;
             }
-            return outcomes.pop().expect("asserted above").map(|outcome| Persisted { outcome, clock_ms });
+            let (outcome, clock_ms) = written.into_only();
+            return outcome.map(|outcome| Persisted { outcome, clock_ms });
         };
         let (reply, answer) = oneshot::channel();
         let stopped = || StoreError::Batch("the database writer stopped".into());

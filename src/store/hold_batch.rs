@@ -47,6 +47,12 @@ impl Written {
     fn nothing() -> Self {
         Self { outcomes: Vec::new(), clock_ms: 0 }
     }
+
+    /// The outcome of a batch of one, and its clock.
+    pub fn into_only(mut self) -> (Result<HoldOutcome, StoreError>, i64) {
+        assert_eq!(self.outcomes.len(), 1, "one outcome per booking");
+        (self.outcomes.pop().expect("asserted above"), self.clock_ms)
+    }
 }
 
 /// SQLite's `hold`, statement by statement, for sqlx and rusqlite alike ($N placeholders work in both).
@@ -94,9 +100,7 @@ impl Store {
     /// this write, by the database's clock.
     pub async fn hold(&self, event: &EventId, adm: &Admission, hold_ms: i64) -> Result<HoldOutcome, StoreError> {
         let item = HoldItem { event: event.clone(), admission: adm.clone(), hold_ms };
-        let mut outcomes = self.hold_batch(std::slice::from_ref(&item)).await?.outcomes;
-        assert_eq!(outcomes.len(), 1, "one outcome per booking");
-        outcomes.pop().expect("asserted above")
+        self.hold_batch(std::slice::from_ref(&item)).await?.into_only().0
     }
 
     /// The writes in order, one transaction; an item's own database error fails only that item,
