@@ -391,3 +391,22 @@ async fn concurrent_callers_each_get_their_own_outcome_sqlite() {
 async fn concurrent_callers_each_get_their_own_outcome_postgres() {
     concurrent_callers_each_get_their_own_outcome(Backend::Postgres).await;
 }
+
+/// With batching off (`--persist-batch-max 0`) each request writes on its own, and still gets the
+/// outcome `hold` gives it, with the database's clock of that write.
+#[tokio::test]
+async fn unbatched_writes_give_the_outcomes_hold_gives() {
+    let (expected, expected_state) = one_at_a_time(Backend::Sqlite).await;
+    let (_db, store) = fresh_store(Backend::Sqlite).await;
+    let policy = PersistPolicy { batch_size_max: 0, ..Default::default() };
+    let persister = Persister::start(store.clone(), policy, None, Arc::new(Stats::default()));
+    let mut outcomes = Vec::new();
+    for item in scenario().0 {
+        let before_ms = seatrush::domain::event::now_ms();
+        let persisted = persister.hold(item).await.unwrap();
+        assert!((before_ms..=seatrush::domain::event::now_ms()).contains(&persisted.clock_ms));
+        outcomes.push(persisted.outcome);
+    }
+    assert_eq!(kinds(&outcomes), kinds(&expected));
+    assert_eq!(state(&store).await, expected_state);
+}
