@@ -4,6 +4,12 @@ use seatrush::lab::{bench, demo, runner};
 use seatrush::ops;
 use tracing_subscriber::EnvFilter;
 
+/// jemalloc, not the system allocator: a booking makes some sixty small allocations across hyper,
+/// redis and serde, and glibc's malloc and free were a tenth of `serve`'s CPU (issue 10). mimalloc
+/// was as fast but tripled the resident memory after the allowlist load; jemalloc kept it.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()

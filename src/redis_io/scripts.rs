@@ -21,8 +21,10 @@ impl Script {
 
     /// The `EVALSHA` command for these keys and arguments.
     pub fn call(&self, keys: &[&str], args: &[&str]) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.sha).arg(keys.len()).arg(keys).arg(args);
+        // Sized up front: grown argument by argument, a call reallocated its buffers four times.
+        let bytes = "EVALSHA".len() + self.sha.len() + 2 + keys.iter().chain(args).map(|a| a.len()).sum::<usize>();
+        let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
+        cmd.arg("EVALSHA").arg(&self.sha).arg(keys.len()).arg(keys).arg(args);
         cmd
     }
 

@@ -44,7 +44,7 @@ impl Sale {
             admission_id: uuid::Uuid::new_v4().simple().to_string(),
             retry_only: gate.is_some(),
         };
-        let admission = match self.committer.admit(&self.scripts, call).await {
+        let admission = match self.committer.admit(call).await {
             Ok(Committed::Acked(admission)) => admission,
             Ok(Committed::Short(admission)) => {
                 Stats::bump(&self.stats.undone_short_ack);

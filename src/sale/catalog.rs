@@ -26,7 +26,8 @@ pub const CATALOG_EVENTS_MAX: usize = 1024;
 #[derive(Clone, Debug)]
 pub struct EventView {
     pub id: EventId,
-    pub keys: EventKeys,
+    /// Shared, not copied: every admit call of the event carries them (nine key names a request).
+    pub keys: Arc<EventKeys>,
     pub total_seats: i64,
     pub hold_seconds: i64,
     pub opens_at_ms: Option<i64>,
@@ -184,7 +185,7 @@ fn view_from(id: &EventId, keys: EventKeys, meta: &HashMap<String, String>, caps
     let int = |name: &str| meta.get(name).and_then(|v| v.parse::<i64>().ok());
     Some(EventView {
         id: id.clone(),
-        keys,
+        keys: Arc::new(keys),
         total_seats: int("total_seats")?,
         hold_seconds: int("hold_seconds")?,
         opens_at_ms: int("opens_at_ms"),
@@ -202,7 +203,7 @@ mod tests {
     fn view(opens: Option<i64>, closes: Option<i64>, closed: bool) -> EventView {
         let id = EventId::parse("e").unwrap();
         EventView {
-            keys: EventKeys::new(&id),
+            keys: Arc::new(EventKeys::new(&id)),
             id,
             total_seats: 1,
             hold_seconds: 1,

@@ -78,7 +78,7 @@ pub type CommitResult = Result<Committed, CommitError>;
 /// One admit call, in the words the script takes.
 #[derive(Clone, Debug)]
 pub struct AdmitCall {
-    pub keys: EventKeys,
+    pub keys: Arc<EventKeys>,
     pub code: CodeHash,
     pub nonce: Nonce,
     pub level: String,
@@ -90,7 +90,6 @@ pub struct AdmitCall {
 
 struct Job {
     call: AdmitCall,
-    admit: Cmd,
     reply: oneshot::Sender<Result<Committed, RedisError>>,
 }
 
@@ -127,15 +126,10 @@ impl Committer {
 
     /// Runs one admit call and waits for the round that covers it. A full queue is an immediate
     /// [`CommitError::Busy`], never a wait.
-    pub async fn admit(&self, scripts: &Scripts, call: AdmitCall) -> CommitResult {
+    pub async fn admit(&self, call: AdmitCall) -> CommitResult {
         let (reply, answer) = oneshot::channel();
         let lost = || CommitError::Redis(RedisError::from((redis::ErrorKind::Io, "committer stopped")));
-        let admit = if call.retry_only {
-            scripts.retry_only_call(&call.keys, &call.code, &call.nonce, &call.level, &call.admission_id)
-        } else {
-            scripts.admit_call(&call.keys, &call.code, &call.nonce, &call.level, &call.admission_id)
-        };
-        match self.queue.try_send(Job { call, admit, reply }) {
+        match self.queue.try_send(Job { call, reply }) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => return Err(CommitError::Busy),
             Err(mpsc::error::TrySendError::Closed(_)) => return Err(lost()),
@@ -253,13 +247,13 @@ impl Worker {
 
     /// Pipelines the admits; script-cache misses are loaded and those calls run again once.
     async fn admit_all(&mut self, batch: &[Job]) -> Result<Vec<Result<AdmitReply, RedisError>>, RedisError> {
-        let values = self.pipeline(batch.iter().map(|j| &j.admit)).await?;
+        let values = self.pipeline(batch.iter().map(|j| &j.call)).await?;
         let mut replies: Vec<Result<AdmitReply, RedisError>> = values.into_iter().map(decode_admit).collect();
         let missed: Vec<usize> = (0..replies.len()).filter(|&i| matches!(&replies[i], Err(e) if is_noscript(e))).collect();
         if !missed.is_empty() {
             let load = self.scripts.admit.load_cmd();
             load.query_async::<String>(self.connection().await?).await?;
-            let again = self.pipeline(missed.iter().map(|&i| &batch[i].admit)).await?;
+            let again = self.pipeline(missed.iter().map(|&i| &batch[i].call)).await?;
             for (i, value) in missed.into_iter().zip(again) {
                 replies[i] = decode_admit(value);
             }
@@ -267,14 +261,21 @@ impl Worker {
         Ok(replies)
     }
 
-    async fn pipeline<'a>(&mut self, cmds: impl Iterator<Item = &'a Cmd>) -> Result<Vec<Value>, RedisError> {
+    /// Each call's script command is built here, straight into the pipeline: built by the caller
+    /// it had to be cloned in (and kept for a script-cache miss), two allocations an admit.
+    async fn pipeline<'a>(&mut self, calls: impl Iterator<Item = &'a AdmitCall>) -> Result<Vec<Value>, RedisError> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for cmd in cmds {
-            pipe.add_command(cmd.clone());
+        for call in calls {
+            pipe.add_command(script_call(&self.scripts, call));
         }
         pipe.query_async(self.connection().await?).await
     }
+}
+
+fn script_call(scripts: &Scripts, call: &AdmitCall) -> Cmd {
+    let (keys, code, nonce, level, id) = (&call.keys, &call.code, &call.nonce, &call.level, &call.admission_id);
+    if call.retry_only { scripts.retry_only_call(keys, code, nonce, level, id) } else { scripts.admit_call(keys, code, nonce, level, id) }
 }
 
 fn decode_admit(value: Value) -> Result<AdmitReply, RedisError> {

@@ -15,14 +15,14 @@ const HOLD_MS: i64 = 900_000;
 /// first attempt of a client, still in flight.
 async fn acknowledged(app: &TestApp, code: &str, n: &str) -> Admission {
     let call = AdmitCall {
-        keys: app.keys.clone(),
+        keys: std::sync::Arc::new(app.keys.clone()),
         code: app.hash(code),
         nonce: Nonce::parse(n).unwrap(),
         level: "A1".into(),
         admission_id: uuid::Uuid::new_v4().simple().to_string(),
         retry_only: false,
     };
-    match app.sale.committer.admit(&app.sale.scripts, call).await.unwrap() {
+    match app.sale.committer.admit(call).await.unwrap() {
         Committed::Acked(admission) => admission,
         other => panic!("{other:?}"),
     }

@@ -14,14 +14,14 @@ use std::time::Duration;
 /// An admission made in Redis (script + WAIT) that never reaches the database.
 async fn admit_only(app: &TestApp, code: &str, level: &str) -> Admission {
     let call = AdmitCall {
-        keys: app.keys.clone(),
+        keys: std::sync::Arc::new(app.keys.clone()),
         code: app.hash(code),
         nonce: Nonce::parse(&nonce("crashed")).unwrap(),
         level: level.into(),
         admission_id: uuid::Uuid::new_v4().simple().to_string(),
         retry_only: false,
     };
-    let committed = app.sale.committer.admit(&app.sale.scripts, call).await.unwrap();
+    let committed = app.sale.committer.admit(call).await.unwrap();
     let Committed::Acked(admission) = committed else { panic!("{committed:?}") };
     admission
 }
