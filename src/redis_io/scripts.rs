@@ -118,10 +118,13 @@ impl Scripts {
     }
 
     pub fn persisted_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
-        self.persisted.call(
-            &[&keys.adm, &keys.pending],
-            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id],
-        )
+        self.persisted_batch_call(keys, std::iter::once(admission))
+    }
+
+    /// One `persisted` call for many admissions of one event (the database writer's batch).
+    pub fn persisted_batch_call<'a>(&self, keys: &EventKeys, admissions: impl Iterator<Item = &'a Admission>) -> Cmd {
+        let args: Vec<&str> = admissions.flat_map(|a| [a.code.as_str(), a.nonce.as_str(), &a.id]).collect();
+        self.persisted.call(&[&keys.adm, &keys.pending], &args)
     }
 }
 

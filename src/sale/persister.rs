@@ -6,11 +6,10 @@
 //! so one writer with big batches beats many writers waiting on `busy_timeout`.
 //!
 //! Once a batch has committed, the writer also drops the pending entries of the bookings it holds
-//! ([`PersistedMarks`]): one pipeline per batch on the shared Redis connection instead of one
-//! script call per request (issue 10: a round trip per booking was a visible share of `serve`'s
-//! CPU). Only then are the callers answered, so the order stays row, mark, `201`.
+//! ([`PersistedMarks`]): one script call per event of the batch instead of one per request (issue
+//! 10: a round trip, then a command and a reply per booking, were each a visible share of
+//! `serve`'s CPU). Only then are the callers answered, so the order stays row, mark, `201`.
 
-use crate::domain::event::EventId;
 use crate::fault_hooks::{CrashPoint, FaultPlan};
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::RedisLink;
@@ -80,27 +79,23 @@ pub struct PersistedMarks {
 }
 
 impl PersistedMarks {
-    /// Marks every booking the database now holds for its admission, in one pipeline. A failure
-    /// is left to the reaper, which finds those rows persisted and drops the entries itself.
+    /// Marks every booking the database now holds for its admission: one script call per event
+    /// of the batch (a sale is one event), all in one pipeline. A failure is left to the reaper,
+    /// which finds those rows persisted and drops the entries itself.
     async fn mark(&self, items: &[HoldItem], outcomes: &[HoldResult]) {
         assert_eq!(items.len(), outcomes.len(), "one outcome per booking");
-        let held = || items.iter().zip(outcomes).filter(|(_, o)| matches!(o, Ok(HoldOutcome::Held(_) | HoldOutcome::AlreadyHeld(_))));
-        if held().next().is_none() {
+        let mut held: Vec<&HoldItem> =
+            items.iter().zip(outcomes).filter(|(_, o)| matches!(o, Ok(HoldOutcome::Held(_) | HoldOutcome::AlreadyHeld(_)))).map(|(i, _)| i).collect();
+        if held.is_empty() {
             return;
         }
         self.crash.maybe(CrashPoint::AfterPersist);
-        let mut keys: Vec<(&EventId, EventKeys)> = Vec::new();
+        held.sort_by(|a, b| a.event.as_str().cmp(b.event.as_str()));
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for (item, _) in held() {
-            let at = match keys.iter().position(|(e, _)| *e == &item.event) {
-                Some(at) => at,
-                None => {
-                    keys.push((&item.event, EventKeys::new(&item.event)));
-                    keys.len() - 1
-                }
-            };
-            pipe.add_command(self.scripts.persisted_call(&keys[at].1, &item.admission));
+        for event in held.chunk_by(|a, b| a.event == b.event) {
+            let keys = EventKeys::new(&event[0].event);
+            pipe.add_command(self.scripts.persisted_batch_call(&keys, event.iter().map(|i| &i.admission)));
         }
         if let Err(e) = self.run(&pipe).await {
             tracing::debug!(error = %e, "marking a batch persisted failed; the reaper drops those pending entries");

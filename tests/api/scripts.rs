@@ -98,3 +98,38 @@ async fn undo_and_release_run_on_a_full_redis_but_admit_does_not() {
     assert_eq!(app.redis_state(), before, "refused whole, before it ran");
     assert!(back(&app, false, &adm).await, "undo is allow-oom");
 }
+
+#[tokio::test]
+async fn one_persisted_call_marks_a_batch_and_only_the_admissions_it_names() {
+    let app = spawn_app(AppOptions { seats: 4, levels: vec![("A1", 4)], replica: false, ..Default::default() }).await;
+    let mut admitted = Vec::new();
+    for (i, code) in ["CODE-00001", "CODE-00002", "CODE-00003", "CODE-00004"].into_iter().enumerate() {
+        let n = nonce(&format!("n{i}"));
+        let reply = admit(&app, code, "A1", &n, &format!("id-{i}")).await.unwrap();
+        admitted.push(admission(&app, code, &n, &reply));
+    }
+    assert_eq!(pending(&app).await.len(), 4);
+    // Admission 1 under a nonce that is not its own and admission 2 under another admission id:
+    // neither is this admission's mark, so both entries stay.
+    let mut stale_nonce = admitted[1].clone();
+    stale_nonce.nonce = Nonce::parse(&nonce("other")).unwrap();
+    let mut stale_id = admitted[2].clone();
+    stale_id.id = "id-other".into();
+    let batch = [&admitted[0], &stale_nonce, &stale_id, &admitted[3], &admitted[3]];
+    let scripts = Scripts::new();
+    let mut conn = app.sale.link.check().await.unwrap();
+    let call = scripts.persisted_batch_call(&app.keys, batch.into_iter());
+    let dropped: i64 = redis::from_redis_value(run(&mut conn, &scripts.persisted, &call).await.unwrap()).unwrap();
+    assert_eq!(dropped, 2, "one drop each for admissions 0 and 3; the repeat of 3 finds its entry gone");
+    let left = pending(&app).await;
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.contains(&admitted[1].code.as_str().to_string()) && left.contains(&admitted[2].code.as_str().to_string()), "{left:?}");
+    // Marked admissions are no longer undone; the ones the batch left are.
+    assert!(!back(&app, false, &admitted[0]).await);
+    assert!(back(&app, false, &admitted[1]).await);
+}
+
+async fn pending(app: &crate::helpers::TestApp) -> Vec<String> {
+    let mut conn = app.sale.link.check().await.unwrap();
+    redis::cmd("ZRANGE").arg(&app.keys.pending).arg(0).arg(-1).query_async(&mut conn).await.unwrap()
+}
