@@ -99,7 +99,7 @@ fn checkpoint_while(alive: std::sync::Weak<Mutex<Connection>>, conn: Connection)
     }
 }
 
-fn sql_error(e: rusqlite::Error) -> StoreError {
+pub(super) fn sql_error(e: rusqlite::Error) -> StoreError {
     StoreError::Batch(e.to_string())
 }
 
@@ -153,7 +153,12 @@ fn write_at_once(tx: &rusqlite::Transaction<'_>, items: &[HoldItem], shape: &Bat
 }
 
 fn read_row(tx: &rusqlite::Transaction<'_>, item: &HoldItem) -> rusqlite::Result<Option<RowTuple>> {
-    let found = tx.prepare_cached(sqlite_sql::SELECT_ROW)?.query_row(params![item.event.as_str(), item.admission.code.as_str()], |r| {
+    read_booking(tx, item.event.as_str(), item.admission.code.as_str())
+}
+
+/// The code's booking row, as `Store::booking` reads it.
+pub(super) fn read_booking(conn: &Connection, event: &str, code: &str) -> rusqlite::Result<Option<RowTuple>> {
+    let found = conn.prepare_cached(sqlite_sql::SELECT_ROW)?.query_row(params![event, code], |r| {
         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?))
     });
     match found {
