@@ -2,8 +2,8 @@
 //! every SQLite statement on a worker thread and hands each one over through a channel, a futex
 //! wake each way; a booking is five statements, so under load the hand-overs, not SQLite, were
 //! the cost (profiled: most of the process's time in futex waits and context switches). Here a
-//! whole batch runs in one blocking call with cached prepared statements. The SQL is SQLite's one
-//! definition of `hold` (`hold_batch::sqlite_sql`) and the order of checks is that of
+//! whole batch is one hand-over to the writer's thread, with cached prepared statements. The SQL
+//! is SQLite's one definition of `hold` (`hold_batch::sqlite_sql`) and the order of checks is that of
 //! [`super::Store::hold`]; each booking sits in a SAVEPOINT of its own, so a refusal is rolled back
 //! alone and every caller gets the outcome `hold` would have given it.
 //!
@@ -21,7 +21,7 @@ use crate::domain::event::now_ms;
 use super::{HoldItem, HoldOutcome, StoreError};
 use rusqlite::{params, Connection, TransactionBehavior};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// As the sqlx pool's: how long this writer waits for another writer's lock.
@@ -37,44 +37,55 @@ const CHECKPOINT_BUSY_TIMEOUT: Duration = Duration::from_millis(100);
 /// SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY, the codes sqlx reports as unique violations.
 const UNIQUE_CODES: [i32; 2] = [2067, 1555];
 
-/// One SQLite connection used only for batched holds.
+/// A batch and where its outcome goes.
+type Request = (Arc<Vec<HoldItem>>, tokio::sync::oneshot::Sender<rusqlite::Result<Written>>);
+
+/// One SQLite connection used only for batched holds, on a thread of its own. Through
+/// `spawn_blocking` each batch went to whichever of the blocking pool's threads was free, and
+/// once the seat reads shared that pool it grew to nine threads taking turns with the one file.
 #[derive(Clone)]
 pub struct SqliteBatchWriter {
-    conn: Arc<Mutex<Connection>>,
+    batches: std::sync::mpsc::Sender<Request>,
 }
 
 impl SqliteBatchWriter {
     /// Opens the file the sqlx pool uses, with the same settings (WAL, synchronous NORMAL,
-    /// foreign keys, busy timeout).
+    /// foreign keys, busy timeout), and starts the writer's thread and the checkpointer's; both
+    /// end once every clone of the writer is dropped.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = Connection::open(path).map_err(sql_error)?;
+        let mut conn = Connection::open(path).map_err(sql_error)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
         // No automatic checkpoint on this connection: it commits most often, so it would run
         // nearly every checkpoint, and a checkpoint's fsync inside a commit stalled every
         // booking of the batch behind it (measured: 200 ms p99 spikes at 8,330 req/s).
         conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 0;")
             .map_err(sql_error)?;
-        let writer = Self { conn: Arc::new(Mutex::new(conn)) };
         let checkpointer = Connection::open(path).map_err(sql_error)?;
         checkpointer.busy_timeout(CHECKPOINT_BUSY_TIMEOUT).map_err(sql_error)?;
-        let alive = Arc::downgrade(&writer.conn);
-        std::thread::Builder::new()
-            .name("sqlite-checkpoint".into())
+        let (batches, requests) = std::sync::mpsc::channel::<Request>();
+        let writing = Arc::new(());
+        let alive = Arc::downgrade(&writing);
+        let thread = |name: &str| std::thread::Builder::new().name(name.into());
+        thread("sqlite-writer")
+            .spawn(move || {
+                let _writing = writing;
+                for (items, reply) in requests {
+                    let _ = reply.send(write(&mut conn, &items));
+                }
+            })
+            .map_err(|e| StoreError::Batch(format!("starting the writer: {e}")))?;
+        thread("sqlite-checkpoint")
             .spawn(move || checkpoint_while(alive, checkpointer))
             .map_err(|e| StoreError::Batch(format!("starting the checkpointer: {e}")))?;
-        Ok(writer)
+        Ok(Self { batches })
     }
 
     /// The writes in order, one transaction; see [`super::Store::hold_batch`] for the contract.
     pub async fn hold_batch(&self, items: Arc<Vec<HoldItem>>) -> Result<Written, StoreError> {
-        let conn = self.conn.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            let mut conn = conn.lock().expect("a panic while writing is a bug");
-            write(&mut conn, &items)
-        })
-        .await
-        .map_err(|e| StoreError::Batch(format!("writer thread: {e}")))?;
-        written.map_err(sql_error)
+        let (reply, written) = tokio::sync::oneshot::channel();
+        let stopped = || StoreError::Batch("the SQLite writer thread stopped".into());
+        self.batches.send((items, reply)).map_err(|_| stopped())?;
+        written.await.map_err(|_| stopped())?.map_err(sql_error)
     }
 }
 
@@ -85,7 +96,7 @@ impl SqliteBatchWriter {
 /// kernel zeroing the file's new pages. So once the WAL is past `WAL_REWIND_FRAMES`, a RESTART
 /// checkpoint follows the PASSIVE one: it holds the write lock only to copy what the writer added
 /// meanwhile, then the next commit writes from the start of the file again.
-fn checkpoint_while(alive: std::sync::Weak<Mutex<Connection>>, conn: Connection) {
+fn checkpoint_while(alive: std::sync::Weak<()>, conn: Connection) {
     let checkpoint = |mode: &str| conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| r.get::<_, i64>(1));
     while alive.strong_count() > 0 {
         std::thread::sleep(CHECKPOINT_INTERVAL);
