@@ -53,3 +53,6 @@ echo; echo "## strategies (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
 
 echo; echo "## one million codes: import, open, serve RSS, CPU per admission per process, profile of serve"
 PERF=${PERF-1} scripts/million.sh "$S" "$OUT/million"
+
+echo; echo "## serve's user-space instructions per admission (callgrind; repeatable where CPU seconds are not)"
+scripts/serve-instructions.sh "$S" "$OUT/serve.callgrind"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# serve's user-space instructions per admission, counted by callgrind: repeatable where CPU seconds
+# on a shared VM are not (issue 10). A private Redis primary + replica on free ports, an SQLite
+# file, 20,000 codes; serve runs under `valgrind --tool=callgrind`, a warm-up loads the allowlist,
+# then the counters are zeroed, a fixed open loop runs, and the counters are dumped. Batches of one
+# (commit and persist) so that no batch size depends on timing.
+# Usage: scripts/serve-instructions.sh BINARY OUT_FILE   (RATE=400 DUR=10 CODES=20000 by default)
+set -uo pipefail
+S=$(realpath "$1"); OUTF=$(realpath -m "$2")
+DIR=$(mktemp -d /tmp/seatrush-cg-XXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+P1=$(port); P2=$(port); HTTP=$(port)
+redis-server --port "$P1" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" --logfile "$DIR/p.log" & PIDS+=($!)
+redis-server --port "$P2" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" --dbfilename r.rdb --replicaof "127.0.0.1 $P1" --logfile "$DIR/r.log" & PIDS+=($!)
+for _ in $(seq 100); do redis-cli -p "$P2" info replication 2>/dev/null | grep -q master_link_status:up && break; sleep 0.1; done
+for _ in $(seq 30); do redis-cli -p "$P1" info replication 2>/dev/null | grep -q 'slave0:.*state=online' && break; sleep 0.1; done
+export SEATRUSH_DATABASE_URL="sqlite://$DIR/db.sqlite" SEATRUSH_REDIS_URL="redis://127.0.0.1:$P1"
+CODES=${CODES:-20000}
+python3 -c "
+with open('$DIR/codes.txt','w') as f:
+    f.writelines('BENCH-%07d\n' % i for i in range($CODES))"
+printf 'id = "bench"\ntotal_seats = %s\nhold_seconds = 3600\n[levels]\nA1 = %s\nB1 = %s\nC1 = %s\n' "$CODES" "$CODES" "$CODES" "$CODES" > "$DIR/event.toml"
+"$S" event apply "$DIR/event.toml" >/dev/null
+"$S" allowlist import --event bench "$DIR/codes.txt" >/dev/null
+"$S" open --event bench >/dev/null 2>&1
+valgrind --tool=callgrind --callgrind-out-file="$OUTF" "$S" serve --listen "127.0.0.1:$HTTP" --refusal-rate-per-minute 0 \
+  --commit-batch-max 1 --persist-batch-max 1 > "$DIR/serve.log" 2>&1 & SERVE=$!; PIDS+=($SERVE)
+for _ in $(seq 600); do curl -s "http://127.0.0.1:$HTTP/healthz" >/dev/null && break; sleep 0.2; done
+"$S" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --code-start 0 --requests-max 300 --rate 50 --connections 8 --duration-s 3 --out-dir "$DIR/warm" >/dev/null 2>&1
+callgrind_control -z "$SERVE" >/dev/null
+"$S" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --code-start 1000 --rate "${RATE:-400}" --connections 32 --duration-s "${DUR:-10}" --out-dir "$DIR/out" 2>&1 | grep -a -E 'loop|checks'
+callgrind_control -d "$SERVE" >/dev/null
+kill -TERM "$SERVE"; wait "$SERVE" 2>/dev/null
+admitted=$(python3 -c "import json; print(json.load(open('$DIR/out/report.json'))['admitted'])")
+total=$(callgrind_annotate "$OUTF.1" 2>/dev/null | grep -m1 "PROGRAM TOTALS" | grep -oE "^[0-9,]+" | tr -d ,)
+echo "admitted $admitted; instructions $total; per admission $((total / admitted)) (profile: callgrind_annotate $OUTF.1)"
