@@ -26,7 +26,7 @@ use crate::sale::persister::{PersistPolicy, PersistedMarks, Persister};
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::scripts::{self, Scripts};
 use crate::sale::stats::Stats;
-use crate::store::{SeatReads, Store};
+use crate::store::Store;
 use redis::RedisError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,7 +66,7 @@ impl Default for SaleSettings {
     }
 }
 
-/// PostgreSQL connections of [`Sale`]'s seat reads (SQLite reads on one of its own): a burst of repeated clicks waits for these (each read
+/// Connections of [`Sale`]'s seat reads: a burst of repeated clicks waits for these (each read
 /// bounded by the persist deadline; past it the answer names no seat), never for the shared pool.
 pub const SEAT_READ_CONNECTIONS: u32 = 2;
 
@@ -78,11 +78,11 @@ pub struct Sale {
     pub allowlist: AllowCache,
     pub store: Store,
     pub persister: Persister,
-    /// Where a `409 already_admitted` reads the seat it names, apart from the shared pool: through
-    /// it each PostgreSQL read was three round trips (a ping before and after), and those reads,
-    /// one per repeated click, were more of PostgreSQL's wake-ups than the writer's batches
-    /// (issue 10). See [`SeatReads`].
-    seat_reads: SeatReads,
+    /// Where a `409 already_admitted` reads the seat it names: connections of its own, taken
+    /// without sqlx's ping (see `Store::dedicated`). Through the shared pool each read was three
+    /// round trips (a ping before and after), and those reads, one per repeated click, were more
+    /// of PostgreSQL's wake-ups than the writer's batches (issue 10).
+    seat_reads: Store,
     pub stats: Arc<Stats>,
     pub crash: FaultPlan,
     pub settings: SaleSettings,
@@ -117,7 +117,7 @@ impl Sale {
             link,
             scripts,
             committer,
-            seat_reads: SeatReads::new(&store, SEAT_READ_CONNECTIONS),
+            seat_reads: store.dedicated(SEAT_READ_CONNECTIONS),
             store,
             stats,
             crash,

@@ -6,14 +6,12 @@ mod bookings;
 mod consistent;
 mod events;
 mod hold_batch;
-mod seat_reads;
 mod sqlite_batch;
 
 pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome, Release};
 pub use consistent::HoldersSnapshot;
 pub use events::StoredEvent;
 pub use hold_batch::{HoldItem, PostgresBatchWriter, Written};
-pub use seat_reads::SeatReads;
 pub use sqlite_batch::SqliteBatchWriter;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};

@@ -41,8 +41,8 @@ const UNIQUE_CODES: [i32; 2] = [2067, 1555];
 type Request = (Arc<Vec<HoldItem>>, tokio::sync::oneshot::Sender<rusqlite::Result<Written>>);
 
 /// One SQLite connection used only for batched holds, on a thread of its own. Through
-/// `spawn_blocking` each batch went to whichever of the blocking pool's threads was free, and
-/// once the seat reads shared that pool it grew to nine threads taking turns with the one file.
+/// `spawn_blocking` each batch went to whichever of the blocking pool's threads was free (three of
+/// them took turns with the one file under load).
 #[derive(Clone)]
 pub struct SqliteBatchWriter {
     batches: std::sync::mpsc::Sender<Request>,
@@ -110,7 +110,7 @@ fn checkpoint_while(alive: std::sync::Weak<()>, conn: Connection) {
     }
 }
 
-pub(super) fn sql_error(e: rusqlite::Error) -> StoreError {
+fn sql_error(e: rusqlite::Error) -> StoreError {
     StoreError::Batch(e.to_string())
 }
 
@@ -164,12 +164,7 @@ fn write_at_once(tx: &rusqlite::Transaction<'_>, items: &[HoldItem], shape: &Bat
 }
 
 fn read_row(tx: &rusqlite::Transaction<'_>, item: &HoldItem) -> rusqlite::Result<Option<RowTuple>> {
-    read_booking(tx, item.event.as_str(), item.admission.code.as_str())
-}
-
-/// The code's booking row, as `Store::booking` reads it.
-pub(super) fn read_booking(conn: &Connection, event: &str, code: &str) -> rusqlite::Result<Option<RowTuple>> {
-    let found = conn.prepare_cached(sqlite_sql::SELECT_ROW)?.query_row(params![event, code], |r| {
+    let found = tx.prepare_cached(sqlite_sql::SELECT_ROW)?.query_row(params![item.event.as_str(), item.admission.code.as_str()], |r| {
         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?))
     });
     match found {
