@@ -9,20 +9,9 @@ DIR=$(mktemp -d /tmp/seatrush-million-XXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
 trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-P1=$(port); P2=$(port); HTTP=$(port)
-redis-server --port "$P1" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" --maxmemory-policy noeviction --logfile "$DIR/p.log" & PIDS+=($!)
-redis-server --port "$P2" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" --dbfilename r.rdb --replicaof "127.0.0.1 $P1" --logfile "$DIR/r.log" & PIDS+=($!)
-for _ in $(seq 100); do redis-cli -p "$P2" info replication 2>/dev/null | grep -q master_link_status:up && break; sleep 0.1; done
-# The primary counts a replica as good only once it has acknowledged (REPLCONF ACK, once a second).
-for _ in $(seq 30); do redis-cli -p "$P1" info replication 2>/dev/null | grep -q 'slave0:.*state=online' && break; sleep 0.1; done
-redis-cli -p "$P1" config set min-replicas-to-write 1 >/dev/null
-export SEATRUSH_DATABASE_URL="sqlite://$DIR/db.sqlite" SEATRUSH_REDIS_URL="redis://127.0.0.1:$P1"
+. "$(dirname "$0")/private-sale.sh"
 CODES=${CODES:-1000000} # fewer (CODES=300000) when the machine is too loaded for a million to open
-python3 -c "
-with open('$DIR/codes.txt','w') as f:
-    f.writelines('BENCH-%07d\n' % i for i in range($CODES))"
-printf 'id = "bench"\ntotal_seats = %s\nhold_seconds = 3600\n[levels]\nA1 = %s\nB1 = %s\nC1 = %s\n' "$CODES" "$CODES" "$CODES" "$CODES" > "$DIR/event.toml"
+private_sale "$DIR" "$CODES"
 "$S" event apply "$DIR/event.toml"
 start=$(date +%s.%N)
 /usr/bin/time -f "import: %e s" "$S" allowlist import --event bench "$DIR/codes.txt"

@@ -11,18 +11,9 @@ DIR=$(mktemp -d /tmp/seatrush-cg-XXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
 trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-P1=$(port); P2=$(port); HTTP=$(port)
-redis-server --port "$P1" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" --logfile "$DIR/p.log" & PIDS+=($!)
-redis-server --port "$P2" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" --dbfilename r.rdb --replicaof "127.0.0.1 $P1" --logfile "$DIR/r.log" & PIDS+=($!)
-for _ in $(seq 100); do redis-cli -p "$P2" info replication 2>/dev/null | grep -q master_link_status:up && break; sleep 0.1; done
-for _ in $(seq 30); do redis-cli -p "$P1" info replication 2>/dev/null | grep -q 'slave0:.*state=online' && break; sleep 0.1; done
-export SEATRUSH_DATABASE_URL="sqlite://$DIR/db.sqlite" SEATRUSH_REDIS_URL="redis://127.0.0.1:$P1"
+. "$(dirname "$0")/private-sale.sh"
 CODES=${CODES:-20000}
-python3 -c "
-with open('$DIR/codes.txt','w') as f:
-    f.writelines('BENCH-%07d\n' % i for i in range($CODES))"
-printf 'id = "bench"\ntotal_seats = %s\nhold_seconds = 3600\n[levels]\nA1 = %s\nB1 = %s\nC1 = %s\n' "$CODES" "$CODES" "$CODES" "$CODES" > "$DIR/event.toml"
+private_sale "$DIR" "$CODES"
 "$S" event apply "$DIR/event.toml" >/dev/null
 "$S" allowlist import --event bench "$DIR/codes.txt" >/dev/null
 "$S" open --event bench >/dev/null 2>&1

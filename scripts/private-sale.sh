@@ -1,0 +1,22 @@
+# Sourced by million.sh and serve-instructions.sh: a private Redis primary + replica on free ports
+# (noeviction, min-replicas-to-write 1, as a sale runs), an SQLite file, CODES codes written to
+# $DIR/codes.txt and an event `bench` with a seat per code in $DIR/event.toml, all under DIR.
+# Sets P1 (primary port), HTTP (a free port for serve), PIDS (stopped by the caller's cleanup),
+# and exports SEATRUSH_DATABASE_URL and SEATRUSH_REDIS_URL.
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+private_sale() { # DIR CODES
+  local dir=$1 codes=$2 p2
+  P1=$(port); p2=$(port); HTTP=$(port)
+  redis-server --port "$P1" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --maxmemory-policy noeviction --logfile "$dir/p.log" & PIDS+=($!)
+  redis-server --port "$p2" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --dbfilename r.rdb --replicaof "127.0.0.1 $P1" --logfile "$dir/r.log" & PIDS+=($!)
+  for _ in $(seq 100); do redis-cli -p "$p2" info replication 2>/dev/null | grep -q master_link_status:up && break; sleep 0.1; done
+  # The primary counts a replica as good only once it has acknowledged (REPLCONF ACK, once a second).
+  for _ in $(seq 30); do redis-cli -p "$P1" info replication 2>/dev/null | grep -q 'slave0:.*state=online' && break; sleep 0.1; done
+  redis-cli -p "$P1" config set min-replicas-to-write 1 >/dev/null
+  export SEATRUSH_DATABASE_URL="sqlite://$dir/db.sqlite" SEATRUSH_REDIS_URL="redis://127.0.0.1:$P1"
+  python3 -c "
+with open('$dir/codes.txt','w') as f:
+    f.writelines('BENCH-%07d\n' % i for i in range($codes))"
+  printf 'id = "bench"\ntotal_seats = %s\nhold_seconds = 3600\n[levels]\nA1 = %s\nB1 = %s\nC1 = %s\n' "$codes" "$codes" "$codes" "$codes" > "$dir/event.toml"
+}
