@@ -47,7 +47,7 @@ pub struct Scripts {
 const ADMIT_SOURCE: &str = include_str!("../../lua/admit.lua");
 /// The retry check of admit.lua, which `BrokenGuard::RetryCheck` switches off.
 #[cfg(feature = "fault-hooks")]
-const RETRY_CHECK: &str = "if nonce == ARGV[2] then";
+const RETRY_CHECK: &str = "if held_nonce == nonce then";
 
 impl Scripts {
     pub fn new() -> Self {
@@ -77,20 +77,25 @@ impl Scripts {
         [&self.admit, &self.undo, &self.release, &self.persisted]
     }
 
+    /// One admit attempt in its own call.
     pub fn admit_call(&self, keys: &EventKeys, code: &CodeHash, nonce: &Nonce, level: &str, admission: &str) -> Cmd {
-        self.admit.call(
-            &[&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending],
-            &[code.as_str(), nonce.as_str(), level, admission],
-        )
+        self.admit_batch_call(keys, [AdmitArgs { code, nonce, level, admission, retry_only: false }])
     }
 
     /// The admit call for a request a gate refuses: it answers only a retry of this nonce's
     /// admission (check 1), and -4 for anything else.
     pub fn retry_only_call(&self, keys: &EventKeys, code: &CodeHash, nonce: &Nonce, level: &str, admission: &str) -> Cmd {
-        self.admit.call(
-            &[&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending],
-            &[code.as_str(), nonce.as_str(), level, admission, "retry-only"],
-        )
+        self.admit_batch_call(keys, [AdmitArgs { code, nonce, level, admission, retry_only: true }])
+    }
+
+    /// One admit call for many attempts on one event, decided in order (a committer round); its
+    /// reply splits with [`admit_replies`].
+    pub fn admit_batch_call<'a>(&self, keys: &EventKeys, attempts: impl IntoIterator<Item = AdmitArgs<'a>>) -> Cmd {
+        let args: Vec<&str> = attempts
+            .into_iter()
+            .flat_map(|a| [a.code.as_str(), a.nonce.as_str(), a.level, a.admission, if a.retry_only { "retry-only" } else { "admit" }])
+            .collect();
+        self.admit.call(&[&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending], &args)
     }
 
     /// The guarded undo of one admission (only while it is pending).
@@ -131,6 +136,39 @@ impl Scripts {
 impl Default for Scripts {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// One attempt of an admit call, in the words the script takes.
+#[derive(Clone, Copy, Debug)]
+pub struct AdmitArgs<'a> {
+    pub code: &'a CodeHash,
+    pub nonce: &'a Nonce,
+    pub level: &'a str,
+    /// Fresh for this attempt; kept by Redis only if it admits.
+    pub admission: &'a str,
+    /// A gate refuses this request unless it is a retry of this nonce's admission.
+    pub retry_only: bool,
+}
+
+/// An admit call's reply, one value per attempt. An error for the whole call (`NOSCRIPT`, OOM,
+/// `READONLY`, `NOREPLICAS`) stands for every attempt in it; any other reply that is not one
+/// value per attempt is unexpected for every attempt.
+pub fn admit_replies(value: Value, attempts: usize) -> Vec<Result<Value, ReplyError>> {
+    match value {
+        Value::Array(items) if items.len() == attempts => items.into_iter().map(Ok).collect(),
+        whole @ Value::ServerError(_) => vec![Ok(whole); attempts],
+        other => vec![Err(ReplyError::Unexpected(other)); attempts],
+    }
+}
+
+/// One attempt's reply (from [`admit_replies`]): its error reply is an `Err`, as is a reply that
+/// is none of the documented ones.
+pub fn decode_attempt(value: Result<Value, ReplyError>) -> RedisResult<AdmitReply> {
+    let parse = |e: ReplyError| RedisError::from((ErrorKind::Parse, "admit reply", e.to_string()));
+    match value.map_err(parse)? {
+        Value::ServerError(e) => Err(e.into()),
+        value => AdmitReply::decode(value).map_err(parse),
     }
 }
 
@@ -179,14 +217,21 @@ pub enum AdmitReply {
     NotARetry,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ReplyError {
     #[error("script returned an unexpected reply: {0:?}")]
     Unexpected(Value),
 }
 
 impl AdmitReply {
-    /// Decodes the admit script's reply; anything but the documented replies is an error.
+    /// Decodes the reply of a call with one attempt ([`Scripts::admit_call`],
+    /// [`Scripts::retry_only_call`]).
+    pub fn decode_single(value: Value) -> RedisResult<Self> {
+        let mut replies = admit_replies(value, 1);
+        decode_attempt(replies.pop().expect("one reply for one attempt"))
+    }
+
+    /// Decodes one attempt's reply; anything but the documented replies is an error.
     pub fn decode(value: Value) -> Result<Self, ReplyError> {
         match value {
             Value::Int(-1) => Ok(Self::AlreadyAdmitted),

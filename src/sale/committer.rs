@@ -17,9 +17,9 @@ use crate::redis_io::keys::EventKeys;
 use crate::domain::nonce::Nonce;
 use crate::redis_io::link::{is_no_replicas, needs_reconnect, RedisLink};
 use crate::domain::admission::Admission;
-use crate::redis_io::scripts::{is_noscript, AdmitReply, Scripts};
+use crate::redis_io::scripts::{admit_replies, decode_attempt, is_noscript, AdmitArgs, AdmitReply, ReplyError, Scripts};
 use redis::aio::MultiplexedConnection;
-use redis::{Cmd, RedisError, Value};
+use redis::{RedisError, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Mutex};
@@ -247,40 +247,60 @@ impl Worker {
 
     /// Pipelines the admits; script-cache misses are loaded and those calls run again once.
     async fn admit_all(&mut self, batch: &[Job]) -> Result<Vec<Result<AdmitReply, RedisError>>, RedisError> {
-        let values = self.pipeline(batch.iter().map(|j| &j.call)).await?;
-        let mut replies: Vec<Result<AdmitReply, RedisError>> = values.into_iter().map(decode_admit).collect();
+        let calls: Vec<&AdmitCall> = batch.iter().map(|j| &j.call).collect();
+        let values = self.pipeline(&calls).await?;
+        let mut replies: Vec<Result<AdmitReply, RedisError>> = values.into_iter().map(decode_attempt).collect();
         let missed: Vec<usize> = (0..replies.len()).filter(|&i| matches!(&replies[i], Err(e) if is_noscript(e))).collect();
         if !missed.is_empty() {
             let load = self.scripts.admit.load_cmd();
             load.query_async::<String>(self.connection().await?).await?;
-            let again = self.pipeline(missed.iter().map(|&i| &batch[i].call)).await?;
-            for (i, value) in missed.into_iter().zip(again) {
-                replies[i] = decode_admit(value);
+            let again: Vec<&AdmitCall> = missed.iter().map(|&i| calls[i]).collect();
+            for (i, value) in missed.into_iter().zip(self.pipeline(&again).await?) {
+                replies[i] = decode_attempt(value);
             }
         }
         Ok(replies)
     }
 
-    /// Each call's script command is built here, straight into the pipeline: built by the caller
-    /// it had to be cloned in (and kept for a script-cache miss), two allocations an admit.
-    async fn pipeline<'a>(&mut self, calls: impl Iterator<Item = &'a AdmitCall>) -> Result<Vec<Value>, RedisError> {
+    /// One admit call per event in the round, its attempts in the order they came, all in one
+    /// pipeline; one reply per call of `calls`, in their order. One call a round, not one an
+    /// admit: each call was a command, a script run and a reply, most of the primary's work
+    /// (issue 10). The script decides each attempt as a call of its own would have.
+    async fn pipeline(&mut self, calls: &[&AdmitCall]) -> Result<Vec<Result<Value, ReplyError>>, RedisError> {
+        let groups = by_event(calls);
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for call in calls {
-            pipe.add_command(script_call(&self.scripts, call));
+        for group in &groups {
+            let attempts = group.iter().map(|&i| admit_args(calls[i]));
+            pipe.add_command(self.scripts.admit_batch_call(&calls[group[0]].keys, attempts));
         }
-        pipe.query_async(self.connection().await?).await
+        let values: Vec<Value> = pipe.query_async(self.connection().await?).await?;
+        let mut replies: Vec<Option<Result<Value, ReplyError>>> = vec![None; calls.len()];
+        for (group, value) in groups.iter().zip(values) {
+            for (&i, reply) in group.iter().zip(admit_replies(value, group.len())) {
+                replies[i] = Some(reply);
+            }
+        }
+        Ok(replies.into_iter().map(|r| r.expect("every call is in one group")).collect())
     }
 }
 
-fn script_call(scripts: &Scripts, call: &AdmitCall) -> Cmd {
-    let (keys, code, nonce, level, id) = (&call.keys, &call.code, &call.nonce, &call.level, &call.admission_id);
-    if call.retry_only { scripts.retry_only_call(keys, code, nonce, level, id) } else { scripts.admit_call(keys, code, nonce, level, id) }
+/// The indexes of `calls`, grouped by event, each group in arrival order.
+fn by_event(calls: &[&AdmitCall]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, call) in calls.iter().enumerate() {
+        let same = |g: &&mut Vec<usize>| {
+            let keys = &calls[g[0]].keys;
+            Arc::ptr_eq(keys, &call.keys) || keys.adm == call.keys.adm
+        };
+        match groups.iter_mut().find(same) {
+            Some(group) => group.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    groups
 }
 
-fn decode_admit(value: Value) -> Result<AdmitReply, RedisError> {
-    if let Value::ServerError(e) = value {
-        return Err(e.into());
-    }
-    AdmitReply::decode(value).map_err(|e| RedisError::from((redis::ErrorKind::Parse, "admit reply", e.to_string())))
+fn admit_args(call: &AdmitCall) -> AdmitArgs<'_> {
+    AdmitArgs { code: &call.code, nonce: &call.nonce, level: &call.level, admission: &call.admission_id, retry_only: call.retry_only }
 }

@@ -3,13 +3,19 @@
 use crate::helpers::{nonce, spawn_app, AppOptions};
 use seatrush::domain::nonce::Nonce;
 use seatrush::domain::admission::Admission;
-use seatrush::redis_io::scripts::{decode_changed, run, AdmitReply, Scripts};
+use seatrush::domain::event::EventId;
+use seatrush::fault_hooks::FaultPlan;
+use seatrush::redis_io::keys::EventKeys;
+use seatrush::redis_io::scripts::{admit_replies, decode_attempt, decode_changed, run, AdmitArgs, AdmitReply, Scripts};
+use seatrush::sale::committer::{AckPolicy, AdmitCall, Committed, Committer, ScriptRefusal};
+use std::sync::Arc;
+use std::time::Duration;
 
 async fn admit(app: &crate::helpers::TestApp, code: &str, level: &str, n: &str, id: &str) -> Result<AdmitReply, redis::RedisError> {
     let scripts = Scripts::new();
     let mut conn = app.sale.link.check().await.unwrap();
     let cmd = scripts.admit_call(&app.keys, &app.hash(code), &Nonce::parse(n).unwrap(), level, id);
-    run(&mut conn, &scripts.admit, &cmd).await.map(|v| AdmitReply::decode(v).unwrap())
+    AdmitReply::decode_single(run(&mut conn, &scripts.admit, &cmd).await?)
 }
 
 async fn back(app: &crate::helpers::TestApp, release: bool, adm: &Admission) -> bool {
@@ -132,4 +138,111 @@ async fn one_persisted_call_marks_a_batch_and_only_the_admissions_it_names() {
 async fn pending(app: &crate::helpers::TestApp) -> Vec<String> {
     let mut conn = app.sale.link.check().await.unwrap();
     redis::cmd("ZRANGE").arg(&app.keys.pending).arg(0).arg(-1).query_async(&mut conn).await.unwrap()
+}
+
+#[tokio::test]
+async fn one_admit_call_decides_each_attempt_as_a_call_of_its_own_would() {
+    // The attempts of `admit_returns_each_documented_reply_in_check_order`, in one call.
+    let app = spawn_app(AppOptions { seats: 2, levels: vec![("A1", 1), ("B1", 2)], replica: false, ..Default::default() }).await;
+    let nonces = [Nonce::parse(&nonce("n")).unwrap(), Nonce::parse(&nonce("m")).unwrap()];
+    let codes = ["CODE-00001", "CODE-00002", "CODE-00003"].map(|c| app.hash(c));
+    // (code, nonce, level, admission id, retry-only)
+    let attempts = [
+        (0, 0, "A1", "id-1", false),
+        (0, 0, "B1", "id-2", false),
+        (0, 1, "A1", "id-3", false),
+        (1, 1, "ZZ", "id-4", false),
+        (1, 1, "A1", "id-5", false),
+        (1, 1, "B1", "id-6", false),
+        (2, 1, "B1", "id-7", true),
+        (2, 1, "B1", "id-8", false),
+    ];
+    let scripts = Scripts::new();
+    let call = scripts.admit_batch_call(
+        &app.keys,
+        attempts.iter().map(|&(c, n, level, admission, retry_only)| AdmitArgs { code: &codes[c], nonce: &nonces[n], level, admission, retry_only }),
+    );
+    let mut conn = app.sale.link.check().await.unwrap();
+    scripts.admit.load_cmd().query_async::<String>(&mut conn).await.unwrap();
+    // As the committer sends it: in a pipeline that keeps error replies as values (a plain query
+    // turns one attempt's error into an error for the whole reply).
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors().add_command(call);
+    let mut values: Vec<redis::Value> = pipe.query_async(&mut conn).await.unwrap();
+    let replies: Vec<_> = admit_replies(values.pop().unwrap(), attempts.len()).into_iter().map(decode_attempt).collect();
+    let first = replies[0].as_ref().unwrap().clone();
+    assert!(matches!(&first, AdmitReply::Admitted { slot: 1, admission, .. } if admission == "id-1"), "{replies:?}");
+    assert_eq!(replies[1].as_ref().unwrap(), &first, "the same nonce gets the original, within the call too");
+    assert_eq!(replies[2].as_ref().unwrap(), &AdmitReply::AlreadyAdmitted);
+    let err = replies[3].as_ref().unwrap_err();
+    assert!(err.to_string().contains("unknown level"), "the unknown level is its attempt's error alone: {err}");
+    assert_eq!(replies[4].as_ref().unwrap(), &AdmitReply::LevelFull);
+    assert!(matches!(replies[5].as_ref().unwrap(), AdmitReply::Admitted { slot: 2, admission, .. } if admission == "id-6"), "{replies:?}");
+    assert_eq!(replies[6].as_ref().unwrap(), &AdmitReply::NotARetry);
+    assert_eq!(replies[7].as_ref().unwrap(), &AdmitReply::SoldOut);
+    let state = app.redis_state();
+    assert!(state.free.is_empty() && state.records.len() == 2 && state.pending.len() == 2, "{state:?}");
+    assert_eq!((state.taken.get("A1"), state.taken.get("B1")), (Some(&1), Some(&1)));
+}
+
+#[tokio::test]
+async fn a_malformed_admit_call_is_refused_whole_and_writes_nothing() {
+    let app = spawn_app(AppOptions { replica: false, ..Default::default() }).await;
+    let before = app.redis_state();
+    let scripts = Scripts::new();
+    let mut conn = app.sale.link.check().await.unwrap();
+    let keys = [&app.keys.adm, &app.keys.taken, &app.keys.cap, &app.keys.free, &app.keys.pending];
+    let code = app.hash("CODE-00001");
+    for args in [vec![code.as_str(), "nonce-aaaaaaaa", "A1", "id-1"], vec![code.as_str(), "nonce-aaaaaaaa", "A1", "id-1", "maybe"]] {
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(redis::Script::new(include_str!("../../lua/admit.lua")).get_hash()).arg(keys.len()).arg(&keys[..]).arg(&args[..]);
+        let err = run(&mut conn, &scripts.admit, &call).await.unwrap_err();
+        assert!(err.to_string().contains("admit"), "{args:?}: {err}");
+    }
+    assert_eq!(app.redis_state(), before);
+}
+
+#[tokio::test]
+async fn a_committer_round_sends_one_admit_call_per_event() {
+    let app = spawn_app(AppOptions { seats: 10, levels: vec![("A1", 5), ("B1", 8)], replica: false, ..Default::default() }).await;
+    // A second event, straight into Redis: three seats, one level with room for ten.
+    let other = Arc::new(EventKeys::new(&EventId::parse("other-event").unwrap()));
+    app.redis::<()>(redis::cmd("HSET").arg(&other.cap).arg("A1").arg(10));
+    app.redis::<()>(redis::cmd("ZADD").arg(&other.free).arg(1).arg(1).arg(2).arg(2).arg(3).arg(3));
+    let policy = AckPolicy { replicas: 0, timeout: Duration::from_secs(1) };
+    let committer = Committer::start(app.sale.link.clone(), Arc::new(Scripts::new()), policy, 1, FaultPlan::none());
+    let mine = Arc::new(app.keys.clone());
+    let call = |keys: &Arc<EventKeys>, i: usize, level: &str| AdmitCall {
+        keys: keys.clone(),
+        code: app.hash(&format!("CODE-{i:05}")),
+        nonce: Nonce::parse(&nonce(&format!("n{i}"))).unwrap(),
+        level: level.into(),
+        admission_id: format!("id-{i}"),
+        retry_only: false,
+    };
+    let calls: Vec<AdmitCall> = (1..=12).map(|i| if i % 2 == 0 { call(&mine, i, "A1") } else { call(&other, i, if i == 7 { "ZZ" } else { "A1" }) }).collect();
+    let evalsha_calls = |app: &crate::helpers::TestApp| -> i64 {
+        let info: String = app.redis(redis::cmd("INFO").arg("commandstats"));
+        info.lines().find_map(|l| l.strip_prefix("cmdstat_evalsha:calls=")).and_then(|l| l.split(',').next()).map_or(0, |n| n.parse().unwrap())
+    };
+    let mut conn = app.sale.link.check().await.unwrap();
+    Scripts::new().admit.load_cmd().query_async::<String>(&mut conn).await.unwrap();
+    let before = evalsha_calls(&app);
+    let results = futures::future::join_all(calls.into_iter().map(|c| committer.admit(c))).await;
+    assert_eq!(evalsha_calls(&app) - before, 2, "one round, one call for each event");
+    let (mut mine_admitted, mut other_admitted) = (0, 0);
+    for (i, result) in (1..=12).zip(&results) {
+        match (i % 2 == 0, i, result) {
+            (_, 7, Err(e)) => assert!(e.to_string().contains("unknown level"), "{e}"),
+            (true, _, Ok(Committed::Acked(_))) => mine_admitted += 1,
+            (true, _, Ok(Committed::Refused(ScriptRefusal::LevelFull))) => {}
+            (false, _, Ok(Committed::Acked(_))) => other_admitted += 1,
+            (false, _, Ok(Committed::Refused(ScriptRefusal::SoldOut))) => {}
+            other => panic!("attempt {i}: {other:?}"),
+        }
+    }
+    // Event one: six asked for A1 (cap 5). The other: five asked (one for no level), three seats.
+    assert_eq!((mine_admitted, other_admitted), (5, 3), "{results:?}");
+    let other_taken: i64 = app.redis(redis::cmd("HGET").arg(&other.taken).arg("A1"));
+    assert_eq!(other_taken, 3);
 }

@@ -97,6 +97,22 @@ fn random_call(rng: &mut StdRng) -> Call {
     }
 }
 
+/// One call, or (a third of the time an admit is drawn) two to four admits in one admit.lua call,
+/// as a committer round sends them.
+fn random_calls(rng: &mut StdRng) -> Vec<Call> {
+    let first = random_call(rng);
+    if !matches!(first, Call::Admit { .. }) || !rng.random_bool(0.33) {
+        return vec![first];
+    }
+    let mut calls = vec![first];
+    let attempts = rng.random_range(2..=4);
+    while calls.len() < attempts {
+        let code = rng.random_range(0..CODES);
+        calls.push(Call::Admit { code, nonce: rng.random_range(0..2), level: rng.random_range(0..=LEVELS), aid: 7, retry_only: rng.random_bool(0.2) });
+    }
+    calls
+}
+
 fn load(keys: &mut Keys, redis: &Redis, caps: &[u8]) {
     let mut pipe = redis::pipe();
     pipe.cmd("DEL").arg(&keys.all()[..]).ignore();
@@ -122,13 +138,16 @@ fn load(keys: &mut Keys, redis: &Redis, caps: &[u8]) {
 }
 
 /// Runs the real script with the KEYS its header lists (release gets `{ev:ID}:syncs` as KEYS[5];
-/// a release.lua that does not use it ignores it).
-fn run_real(keys: &mut Keys, call: Call) -> redis::RedisResult<Value> {
-    let (source, script_keys, args): (&str, Vec<&String>, Vec<String>) = match call {
-        Call::Admit { code: c, nonce, level: l, aid, retry_only } => {
-            let mut args = vec![code(c), format!("n{nonce}"), level(l), format!("a{aid}")];
-            if retry_only {
-                args.push("retry-only".into());
+/// a release.lua that does not use it ignores it). Admit calls are one call to admit.lua, their
+/// attempts in order, and the reply is split back into one reply per attempt.
+fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
+    let (source, script_keys, args): (&str, Vec<&String>, Vec<String>) = match calls[0] {
+        Call::Admit { .. } => {
+            let mut args = Vec::new();
+            for call in calls {
+                let Call::Admit { code: c, nonce, level: l, aid, retry_only } = *call else { panic!("a batch of admits only: {calls:?}") };
+                let mode = if retry_only { "retry-only" } else { "admit" };
+                args.extend([code(c), format!("n{nonce}"), level(l), format!("a{aid}"), mode.into()]);
             }
             (ADMIT, vec![&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending], args)
         }
@@ -146,7 +165,28 @@ fn run_real(keys: &mut Keys, call: Call) -> redis::RedisResult<Value> {
         ),
         Call::Persisted { code: c, nonce, aid } => (PERSISTED, vec![&keys.adm, &keys.pending], vec![code(c), format!("n{nonce}"), format!("a{aid}")]),
     };
-    redis::cmd("EVAL").arg(source).arg(script_keys.len()).arg(script_keys).arg(args).query(&mut keys.conn)
+    // A pipeline that keeps error replies as values: a plain query turns an attempt's error inside
+    // admit's array into an error for the whole call.
+    let mut eval = redis::pipe();
+    eval.ignore_errors().cmd("EVAL").arg(source).arg(script_keys.len()).arg(script_keys).arg(args);
+    let mut replies: Vec<Value> = eval.query(&mut keys.conn).expect("EVAL in a pipeline");
+    let reply = replies.pop().expect("one reply");
+    if !matches!(calls[0], Call::Admit { .. }) {
+        return vec![match reply {
+            Value::ServerError(e) => Err(e.into()),
+            other => Ok(other),
+        }];
+    }
+    match reply {
+        Value::Array(items) if items.len() == calls.len() => items
+            .into_iter()
+            .map(|item| match item {
+                Value::ServerError(e) => Err(e.into()),
+                other => Ok(other),
+            })
+            .collect(),
+        other => panic!("admit.lua must answer one reply per attempt ({} attempts): {other:?}", calls.len()),
+    }
 }
 
 /// The keyspace read back into the model's shape.
@@ -204,28 +244,34 @@ fn model_scripts_decide_as_the_lua_scripts_do() {
     let release_counts_syncs = RELEASE.contains("KEYS[5]");
     let mut rng = StdRng::seed_from_u64(seed);
     let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    let mut batches = 0;
     for case in 0..CASES {
         let (before, caps) = random_state(&mut rng);
-        let call = random_call(&mut rng);
+        let calls = random_calls(&mut rng);
+        batches += usize::from(calls.len() > 1);
         let mut model = before.clone();
-        let (reply, changed, write) = model.apply(&caps, call);
         load(&mut keys, &before, &caps);
-        let real = run_real(&mut keys, call);
-        let context = || format!("seed {seed:#x}, case {case}: {call:?} on {before:?} (caps {caps:?})");
-        if let Err(e) = expected_reply(reply, changed, real) {
-            panic!("{}: replies differ: {e}", context());
+        let real = run_real(&mut keys, &calls);
+        let context = || format!("seed {seed:#x}, case {case}: {calls:?} on {before:?} (caps {caps:?})");
+        // A batch of admits is decided as the same admits one after another.
+        for (&call, real) in calls.iter().zip(real) {
+            let (reply, changed, write) = model.apply(&caps, call);
+            if let Err(e) = expected_reply(reply, changed, real) {
+                panic!("{}: replies differ at {call:?}: {e}", context());
+            }
+            if release_counts_syncs && matches!(call, Call::Release { .. }) {
+                let syncs: i64 = redis::cmd("GET").arg(&keys.syncs).query(&mut keys.conn).expect("GET syncs");
+                assert_eq!(syncs, 1, "{}: release.lua must write on every call (model: {write:?})", context());
+            }
+            *seen.entry(kind(call, reply, changed)).or_default() += 1;
         }
         let after = read_back(&mut keys);
         // The real keyspace has no pending entry without a score and no level it never heard of;
         // compare exactly what the model keeps.
         assert_eq!(after, model, "{}: keyspaces differ", context());
-        if release_counts_syncs && matches!(call, Call::Release { .. }) {
-            let syncs: i64 = redis::cmd("GET").arg(&keys.syncs).query(&mut keys.conn).expect("GET syncs");
-            assert_eq!(syncs, 1, "{}: release.lua must write on every call (model: {write:?})", context());
-        }
-        *seen.entry(kind(call, reply, changed)).or_default() += 1;
     }
-    println!("{CASES} cases, seed {seed:#x}, release.lua counts syncs: {release_counts_syncs}; outcomes: {seen:?}");
+    println!("{CASES} cases ({batches} batches of admits), seed {seed:#x}, release.lua counts syncs: {release_counts_syncs}; outcomes: {seen:?}");
+    assert!(batches > CASES / 20, "too few batches of admits: {batches}");
     // Every decision of every script is exercised, not only the common ones.
     assert!(seen.len() >= 12, "too few distinct outcomes: {seen:?}");
 }

@@ -51,7 +51,9 @@ pub async fn measure(primary: &RedisServer, requests: u64) -> anyhow::Result<Cei
             "-P".into(), pipeline.to_string(), "-r".into(), "1000000000".into(), "--csv".into(), "EVALSHA".into(), sha.clone(), "5".into(),
         ]);
         a.extend(keys());
-        a.extend(["code-__rand_int__", "nonce-ceiling-0001", "A1", "adm-__rand_int__"].map(String::from));
+        // One attempt a call, as before the committer sent a round's attempts in one call: the
+        // ceiling stays the figure issue 10's target 3b is measured against.
+        a.extend(["code-__rand_int__", "nonce-ceiling-0001", "A1", "adm-__rand_int__", "admit"].map(String::from));
         a
     };
     let log = || std::fs::read_to_string(primary.log_path()).unwrap_or_default().lines().rev().take(5).collect::<Vec<_>>().join("\n");

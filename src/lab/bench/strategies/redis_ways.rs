@@ -67,7 +67,7 @@ impl Strategy for LuaScript {
     async fn attempt(&self, c: &mut MultiplexedConnection, candidate: u64) -> anyhow::Result<Attempt> {
         let nonce = Nonce::parse(&format!("nonce-{candidate:08}")).expect("a valid nonce");
         let call = self.scripts.admit_call(&self.keys, &candidate_hash(candidate), &nonce, LEVEL, &format!("a{candidate}"));
-        Ok(match AdmitReply::decode(call.query_async(c).await?)? {
+        Ok(match AdmitReply::decode_single(call.query_async(c).await?)? {
             AdmitReply::Admitted { .. } => Attempt::Admitted,
             AdmitReply::SoldOut | AdmitReply::LevelFull => Attempt::SoldOut,
             AdmitReply::AlreadyAdmitted => anyhow::bail!("candidate {candidate} was handed out twice"),
