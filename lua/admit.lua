@@ -3,9 +3,11 @@
 -- each were a call of its own with nothing in between. No flags: under OOM Redis refuses the call
 -- whole, before it runs, so a full Redis never half-admits.
 --
--- A committer round sends its admits in one call (one call an admit was a command, a script run
--- and a reply each: most of the primary's work). Every attempt's checks, writes and reply are
--- those it would have had alone; a batch only removes interleavings (tests/model/MODEL.md).
+-- A committer round sends its admits in one call. The script then reads each key once and writes
+-- each once, whatever the number of attempts: one redis.call costs about as much as the rest of
+-- an attempt, and it was eight an attempt (issue 10). Every attempt's checks and reply are those
+-- it would have had alone, and the keys end as the attempts one after another would leave them
+-- (tests/model/lua_match.rs checks both against the model); a batch only removes interleavings.
 --
 -- KEYS[1] {ev:ID}:adm      hash  code hash -> "nonce admission-id slot level admitted-ms"
 -- KEYS[2] {ev:ID}:taken    hash  level -> seats held in that level (pending, persisted or paid)
@@ -27,59 +29,120 @@
 -- Error "ERR unknown level" when the level has no cap (the HTTP gate refuses it first); it is
 -- that attempt's reply alone and writes nothing.
 -- Returns one reply per group, in order. Malformed ARGV is an error for the whole call, before
--- anything is written.
+-- anything is read or written.
 
-if #ARGV == 0 or #ARGV % 5 ~= 0 then
-  return redis.error_reply('ERR admit takes groups of five arguments')
+-- At most 1,000 attempts: unpack() below passes a value per attempt on Lua's stack.
+local n = #ARGV / 5
+if n < 1 or n ~= math.floor(n) or n > 1000 then
+  return redis.error_reply('ERR admit takes 1 to 1000 groups of five arguments')
 end
-for i = 5, #ARGV, 5 do
-  if ARGV[i] ~= 'admit' and ARGV[i] ~= 'retry-only' then
+local codes = {}
+for i = 1, n do
+  local mode = ARGV[i * 5]
+  if mode ~= 'admit' and mode ~= 'retry-only' then
     return redis.error_reply('ERR admit mode must be admit or retry-only')
   end
+  codes[i] = ARGV[i * 5 - 4]
 end
 
-local function admit(code, nonce, lvl, id, retry_only)
-  local record = redis.call('HGET', KEYS[1], code)
-  if record then
+-- Records as they stand after the attempts so far: Redis's, then this call's.
+local records = {}
+local found = redis.call('HMGET', KEYS[1], unpack(codes))
+for i = 1, n do
+  if found[i] then
+    records[codes[i]] = found[i]
+  end
+end
+local free = redis.call('ZCARD', KEYS[4])
+-- Per level: its cap (false when it has none) and its seats held so far.
+local caps, taken, added = {}, {}, {}
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
+local replies, admitted, written = {}, {}, {}
+for i = 1, n do
+  local base = i * 5 - 5
+  local code, nonce, lvl, id = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
+  local retry_only = ARGV[base + 5] == 'retry-only'
+  local record = records[code]
+  local reply
+  if type(record) == 'table' then
+    -- Admitted earlier in this call: its seat is known once the seats are popped.
+    if record.nonce == nonce then
+      reply = record
+    elseif retry_only then
+      reply = -4
+    else
+      reply = -1
+    end
+  elseif record then
     local held_nonce, admission, slot, level, at = string.match(record, '^(%S+) (%S+) (%d+) (%S+) (%d+)$')
     if held_nonce == nonce then
       -- Rewrite the same value: the WAIT after this call then covers the original write too.
-      redis.call('HSET', KEYS[1], code, record)
-      return {tonumber(slot), tonumber(at), admission, level}
+      written[#written + 1] = code
+      reply = {tonumber(slot), tonumber(at), admission, level}
+    elseif retry_only then
+      reply = -4
+    else
+      reply = -1
     end
-    if retry_only then
-      return -4
+  elseif retry_only then
+    reply = -4
+  else
+    if caps[lvl] == nil then
+      caps[lvl] = redis.call('HGET', KEYS[3], lvl)
+      taken[lvl] = tonumber(redis.call('HGET', KEYS[2], lvl) or '0')
+      added[lvl] = 0
     end
-    return -1
+    if not caps[lvl] then
+      reply = {err = 'ERR unknown level'}
+    elseif taken[lvl] >= tonumber(caps[lvl]) then
+      reply = -3
+    elseif free == 0 then
+      reply = -2
+    else
+      -- The seat is the next of the lowest free ones, popped together below.
+      free = free - 1
+      taken[lvl] = taken[lvl] + 1
+      added[lvl] = added[lvl] + 1
+      admitted[#admitted + 1] = i
+      written[#written + 1] = code
+      reply = {nonce = nonce, id = id, level = lvl, attempt = i}
+      records[code] = reply
+    end
   end
-  if retry_only then
-    return -4
-  end
-
-  local cap = redis.call('HGET', KEYS[3], lvl)
-  if not cap then
-    return {err = 'ERR unknown level'}
-  end
-  local taken = tonumber(redis.call('HGET', KEYS[2], lvl) or '0')
-  if taken >= tonumber(cap) then
-    return -3
-  end
-
-  local seat = redis.call('ZPOPMIN', KEYS[4])
-  if #seat == 0 then
-    return -2
-  end
-
-  local time = redis.call('TIME')
-  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  redis.call('HINCRBY', KEYS[2], lvl, 1)
-  redis.call('HSET', KEYS[1], code, string.format('%s %s %s %s %d', nonce, id, seat[1], lvl, now))
-  redis.call('ZADD', KEYS[5], now, code)
-  return {tonumber(seat[1]), now, id, lvl}
+  replies[i] = reply
 end
 
-local replies = {}
-for i = 1, #ARGV, 5 do
-  replies[#replies + 1] = admit(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4] == 'retry-only')
+if #admitted > 0 then
+  local seats = redis.call('ZPOPMIN', KEYS[4], #admitted)
+  local pending = {}
+  for k, i in ipairs(admitted) do
+    local code, seat, a = codes[i], seats[2 * k - 1], replies[i]
+    records[code] = string.format('%s %s %s %s %d', a.nonce, a.id, seat, a.level, now)
+    a.reply = {tonumber(seat), now, a.id, a.level}
+    pending[#pending + 1] = now
+    pending[#pending + 1] = code
+  end
+  for lvl, count in pairs(added) do
+    if count > 0 then
+      redis.call('HINCRBY', KEYS[2], lvl, count)
+    end
+  end
+  redis.call('ZADD', KEYS[5], unpack(pending))
+end
+if #written > 0 then
+  local fields = {}
+  for _, code in ipairs(written) do
+    fields[#fields + 1] = code
+    fields[#fields + 1] = records[code]
+  end
+  redis.call('HSET', KEYS[1], unpack(fields))
+end
+-- An attempt admitted in this call, and any same-nonce retry of it, answer with its seat.
+for i = 1, n do
+  if type(replies[i]) == 'table' and replies[i].attempt then
+    replies[i] = replies[i].reply
+  end
 end
 return replies

@@ -61,13 +61,14 @@ fn record_text(r: &Record) -> String {
     format!("n{} a{} {} {} 1700000000000", r.nonce, r.aid, r.slot, level(r.level))
 }
 
-fn random_state(rng: &mut StdRng) -> (Redis, Vec<u8>) {
+/// A random keyspace; each code holds a record with probability `held`.
+fn random_state(rng: &mut StdRng, held: f64) -> (Redis, Vec<u8>) {
     let seats = rng.random_range(1..=SEATS_MAX);
     let caps: Vec<u8> = (0..LEVELS).map(|_| rng.random_range(0..=2)).collect();
     let mut redis = Redis::opened(CODES as usize, LEVELS as usize, seats);
     redis.free = rng.random_range(0..(1u16 << seats));
     for c in 0..CODES {
-        if rng.random_bool(0.6) {
+        if rng.random_bool(held) {
             let record = Record { nonce: rng.random_range(0..2), aid: rng.random_range(0..3), slot: rng.random_range(1..=seats), level: rng.random_range(0..LEVELS) };
             redis.records[c as usize] = Some(record);
             redis.taken[record.level as usize] += 1;
@@ -95,6 +96,47 @@ fn random_call(rng: &mut StdRng) -> Call {
         2 => Call::Release { code, nonce, aid },
         _ => Call::Persisted { code, nonce, aid },
     }
+}
+
+/// Batches of two to four admits on keyspaces with few records, so that most attempts reach the
+/// level, seat and cap checks and several admit in one call: the batch pops its seats together,
+/// counts its levels together and answers an attempt admitted earlier in the same call.
+#[test]
+fn a_batch_of_admits_decides_as_the_admits_one_after_another() {
+    let client = redis::Client::open(REDIS_URL).expect("redis url");
+    let conn = client.get_connection().expect("the Redis at 127.0.0.1:6379 runs (see MODEL.md)");
+    let seed: u64 = rand::rng().random();
+    let mut keys = Keys::new(conn, &format!("batch-{seed:016x}"));
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for case in 0..CASES {
+        let (before, caps) = random_state(&mut rng, 0.15);
+        let attempts = rng.random_range(2..=4);
+        let calls: Vec<Call> = (0..attempts)
+            .map(|a| Call::Admit { code: rng.random_range(0..CODES), nonce: rng.random_range(0..2), level: rng.random_range(0..=LEVELS), aid: 4 + a, retry_only: rng.random_bool(0.1) })
+            .collect();
+        let mut model = before.clone();
+        load(&mut keys, &before, &caps);
+        let real = run_real(&mut keys, &calls);
+        let context = || format!("seed {seed:#x}, case {case}: {calls:?} on {before:?} (caps {caps:?})");
+        let mut admitted = 0;
+        for (&call, real) in calls.iter().zip(real) {
+            let (reply, changed, _) = model.apply(&caps, call);
+            if let Err(e) = expected_reply(reply, changed, real) {
+                panic!("{}: replies differ at {call:?}: {e}", context());
+            }
+            admitted += usize::from(matches!(reply, Some(AdmitReply::Admitted(r)) if r.aid >= 4));
+            let outcome = match reply {
+                Some(AdmitReply::Admitted(_)) => "Admitted".to_string(),
+                other => format!("{other:?}"),
+            };
+            *seen.entry(outcome).or_default() += 1;
+        }
+        *seen.entry(format!("admitted in one call: {admitted}")).or_default() += 1;
+        assert_eq!(read_back(&mut keys), model, "{}: keyspaces differ", context());
+    }
+    println!("{CASES} batches, seed {seed:#x}: {seen:?}");
+    assert!(seen.get("admitted in one call: 3").copied().unwrap_or(0) > 10, "too few calls admitting three: {seen:?}");
 }
 
 /// One call, or (a third of the time an admit is drawn) two to four admits in one admit.lua call,
@@ -246,7 +288,7 @@ fn model_scripts_decide_as_the_lua_scripts_do() {
     let mut seen = std::collections::BTreeMap::<String, usize>::new();
     let mut batches = 0;
     for case in 0..CASES {
-        let (before, caps) = random_state(&mut rng);
+        let (before, caps) = random_state(&mut rng, 0.6);
         let calls = random_calls(&mut rng);
         batches += usize::from(calls.len() > 1);
         let mut model = before.clone();
