@@ -56,3 +56,10 @@ PERF=${PERF-1} scripts/million.sh "$S" "$OUT/million"
 
 echo; echo "## serve's user-space instructions per admission (callgrind; repeatable where CPU seconds are not)"
 scripts/serve-instructions.sh "$S" "$OUT/serve.callgrind"
+
+echo; echo "## the Redis primary's instructions per admission by round size (callgrind): admit.lua now, and before issue 10's sixth pass"
+git show 7180ad0:lua/admit.lua > "$OUT/admit-7180ad0.lua"
+for batch in 1 4 16 64; do
+  FORM=one scripts/redis-instructions.sh "$OUT/admit-7180ad0.lua" "$batch"
+  scripts/redis-instructions.sh lua/admit.lua "$batch"
+done

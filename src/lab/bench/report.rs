@@ -262,8 +262,14 @@ impl Report {
         }
         if let Some(c) = &self.ceiling {
             out.push_str(&format!(
-                "redis ceiling (admit script alone, redis-benchmark, 50 clients): {:.0}/s pipelined x{}, {:.0}/s unpipelined; end to end = {:.0}% of the pipelined ceiling\n",
-                c.pipelined_per_s, c.pipeline, c.unpipelined_per_s, self.share_of_ceiling.unwrap_or(0.0) * 100.0
+                "redis ceiling (admit script alone, redis-benchmark, 50 clients): {:.0}/s pipelined x{}, {:.0}/s unpipelined, {:.0}/s in calls of {} attempts; end to end = {:.0}% of the pipelined ceiling, {:.0}% of the batched\n",
+                c.pipelined_per_s,
+                c.pipeline,
+                c.unpipelined_per_s,
+                c.batched_per_s,
+                c.batch,
+                self.share_of_ceiling.unwrap_or(0.0) * 100.0,
+                self.admitted_per_s / c.batched_per_s * 100.0
             ));
         }
         out.push_str(&format!(
