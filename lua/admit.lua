@@ -66,21 +66,23 @@ for i = 1, n do
   local retry_only = ARGV[base + 5] == 'retry-only'
   local record = records[code]
   local reply
-  if type(record) == 'table' then
-    -- Admitted earlier in this call: its seat is known once the seats are popped.
-    if record.nonce == nonce then
-      reply = record
-    elseif retry_only then
-      reply = -4
+  if record then
+    -- A table: admitted earlier in this call, its seat known once the seats are popped.
+    local in_call = type(record) == 'table'
+    local held_nonce, admission, slot, level, at
+    if in_call then
+      held_nonce = record.nonce
     else
-      reply = -1
+      held_nonce, admission, slot, level, at = string.match(record, '^(%S+) (%S+) (%d+) (%S+) (%d+)$')
     end
-  elseif record then
-    local held_nonce, admission, slot, level, at = string.match(record, '^(%S+) (%S+) (%d+) (%S+) (%d+)$')
     if held_nonce == nonce then
-      -- Rewrite the same value: the WAIT after this call then covers the original write too.
-      written[#written + 1] = code
-      reply = {tonumber(slot), tonumber(at), admission, level}
+      if in_call then
+        reply = record
+      else
+        -- Rewrite the same value: the WAIT after this call then covers the original write too.
+        written[#written + 1] = code
+        reply = {tonumber(slot), tonumber(at), admission, level}
+      end
     elseif retry_only then
       reply = -4
     else
