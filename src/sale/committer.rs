@@ -1,7 +1,7 @@
 //! Group commit for the replica acknowledgement. A booking counts only once a replica has it,
 //! and `WAIT` covers only the writes made on its own connection, so each committer owns one
-//! connection: it takes every admit queued since its last round, pipelines them, then sends one
-//! `WAIT` that covers the whole batch.
+//! connection: it takes every admit queued since its last round, sends them as one admit call per
+//! event, then one `WAIT` that covers the whole batch.
 //!
 //! A committer undoes nothing. An admission whose acknowledgement fell short goes back to its
 //! caller as [`Committed::Short`], and the caller settles it through the database arbiter: the
