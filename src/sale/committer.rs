@@ -285,20 +285,12 @@ impl Worker {
     }
 }
 
-/// The indexes of `calls`, grouped by event, each group in arrival order.
+/// The indexes of `calls`, grouped by event, each group in arrival order (a stable sort, as
+/// `PersistedMarks::mark` groups its batch).
 fn by_event(calls: &[&AdmitCall]) -> Vec<Vec<usize>> {
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    for (i, call) in calls.iter().enumerate() {
-        let same = |g: &&mut Vec<usize>| {
-            let keys = &calls[g[0]].keys;
-            Arc::ptr_eq(keys, &call.keys) || keys.adm == call.keys.adm
-        };
-        match groups.iter_mut().find(same) {
-            Some(group) => group.push(i),
-            None => groups.push(vec![i]),
-        }
-    }
-    groups
+    let mut order: Vec<usize> = (0..calls.len()).collect();
+    order.sort_by(|&a, &b| calls[a].keys.adm.cmp(&calls[b].keys.adm));
+    order.chunk_by(|&a, &b| calls[a].keys.adm == calls[b].keys.adm).map(<[usize]>::to_vec).collect()
 }
 
 fn admit_args(call: &AdmitCall) -> AdmitArgs<'_> {
