@@ -53,6 +53,8 @@ echo; echo "## strategies (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
 
 echo; echo "## one million codes: import, open, serve RSS, CPU per admission per process, profile of serve"
 PERF=${PERF-1} scripts/million.sh "$S" "$OUT/million"
+echo; echo "## the same on PostgreSQL: serve without the database engine in it, and the server's CPU"
+DB=postgres CODES=300000 scripts/million.sh "$S" "$OUT/million-postgres"
 
 echo; echo "## serve's user-space instructions per admission (callgrind; repeatable where CPU seconds are not)"
 scripts/serve-instructions.sh "$S" "$OUT/serve.callgrind"
@@ -63,3 +65,6 @@ for batch in 1 4 16 64; do
   FORM=one scripts/redis-instructions.sh "$OUT/admit-7180ad0.lua" "$batch"
   scripts/redis-instructions.sh lua/admit.lua "$batch"
 done
+
+echo; echo "## Redis ceilings of admit.lua before the sixth pass and now, alternating (target 3b's yardstick)"
+scripts/admit-ceilings.sh "$OUT/admit-7180ad0.lua"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One million codes: `allowlist import` + `open` wall time, then `serve`'s RSS once it has copied
 # the allowlist into memory and again after a load run. Private Redis primary+replica on free
-# ports and an SQLite file, all under a temp dir removed at the end.
+# ports and an SQLite file, all under a temp dir removed at the end. DB=postgres: a fresh database
+# on the local PostgreSQL instead (dropped at the end), and the CPU its server processes spent.
 set -euo pipefail
 S=$(realpath "$1"); OUT=$2
 mkdir -p "$OUT"; OUT=$(realpath "$OUT")
 DIR=$(mktemp -d /tmp/seatrush-million-XXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; private_db_drop; rm -rf "$DIR"; }
 trap cleanup EXIT
 . "$(dirname "$0")/private-sale.sh"
 CODES=${CODES:-1000000} # fewer (CODES=300000) when the machine is too loaded for a million to open
@@ -28,6 +29,13 @@ echo "import + open: $(echo "$(date +%s.%N) - $start" | bc) s"
 for _ in $(seq 100); do curl -s "http://127.0.0.1:$HTTP/healthz" >/dev/null && break; sleep 0.1; done
 echo "serve RSS with $CODES codes in memory: $(grep VmRSS /proc/$SERVE/status)"
 cpu() { awk '{printf "%.2f", ($14+$15)/100}' "/proc/$1/stat"; }
+# Every PostgreSQL server process's CPU, in hundredths of a second (the cluster is shared, but
+# nothing else uses it during the run; processes that exit meanwhile are not counted).
+pg_ticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
+pg_before=$(pg_ticks)
+# serve's CPU by thread name: the request path (tokio-rt-worker) apart from SQLite's threads.
+threads() { for t in /proc/$SERVE/task/*; do echo "$(tr ' ' _ < "$t/comm") $(awk '{print $14+$15}' "$t/stat")"; done | awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' | sort; }
+threads > "$DIR/threads.before"
 before=("$(cpu $SERVE)" "$(cpu "${PIDS[0]}")" "$(cpu "${PIDS[1]}")")
 if [ -n "${PERF:-}" ]; then # PERF=1: a call-graph profile of serve for 5 s in the middle of the run
   (sleep 3; perf record -F 499 -g -o "$OUT/serve.perf.data" -p "$SERVE" -- sleep 5 >/dev/null 2>&1) & PERFJOB=$!
@@ -37,11 +45,16 @@ echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "load after the run: $(cut -d' ' -f1-3 /proc/loadavg)"
 serve_s=$(echo "$(cpu $SERVE) - ${before[0]}" | bc); primary_s=$(echo "$(cpu "${PIDS[0]}") - ${before[1]}" | bc); replica_s=$(echo "$(cpu "${PIDS[1]}") - ${before[2]}" | bc)
 gen_s=$(awk '{print $1 + $2}' "$DIR/gen.time")
+threads > "$DIR/threads.after"
+pg_s=$(echo "scale=2; ($(pg_ticks) - $pg_before) / 100" | bc)
 admitted=$(python3 -c "import json; print(json.load(open('$OUT/report.json'))['admitted'])")
 echo "cpu during the run: serve $serve_s s, redis primary $primary_s s, replica $replica_s s, load generator $gen_s s; $admitted admitted"
-for pair in "serve $serve_s" "redis-primary $primary_s" "replica $replica_s" "load-generator $gen_s"; do
+pairs=("serve $serve_s" "redis-primary $primary_s" "replica $replica_s" "load-generator $gen_s")
+[ "${DB:-sqlite}" = postgres ] && pairs+=("postgresql $pg_s")
+for pair in "${pairs[@]}"; do
   set -- $pair; echo "cpu per admission: $1 $(echo "scale=1; $2 * 1000000 / $admitted" | bc) us"
 done
+join -a 2 -e 0 -o 0,1.2,2.2 "$DIR/threads.before" "$DIR/threads.after" | awk -v n="$admitted" '$3 > $2 {printf "  serve thread %s: %.1f us\n", $1, ($3 - $2) * 10000 / n}'
 if [ -n "${PERF:-}" ]; then
   wait "$PERFJOB" || true
   perf report -i "$OUT/serve.perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -40 > "$OUT/serve.perf.top.txt" || true

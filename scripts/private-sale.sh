@@ -1,6 +1,8 @@
 # Sourced by million.sh and serve-instructions.sh: a private Redis primary + replica on free ports
 # (noeviction, min-replicas-to-write 1, as a sale runs), an SQLite file, CODES codes written to
 # $DIR/codes.txt and an event `bench` with a seat per code in $DIR/event.toml, all under DIR.
+# DB=postgres: a fresh database on the local PostgreSQL (127.0.0.1:5432, user postgres) instead of
+# the SQLite file, dropped by private_db_drop (call it from the caller's cleanup).
 # Sets P1 (primary port), HTTP (a free port for serve), PIDS (stopped by the caller's cleanup),
 # and exports SEATRUSH_DATABASE_URL and SEATRUSH_REDIS_URL.
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -15,8 +17,17 @@ private_sale() { # DIR CODES
   for _ in $(seq 30); do redis-cli -p "$P1" info replication 2>/dev/null | grep -q 'slave0:.*state=online' && break; sleep 0.1; done
   redis-cli -p "$P1" config set min-replicas-to-write 1 >/dev/null
   export SEATRUSH_DATABASE_URL="sqlite://$dir/db.sqlite" SEATRUSH_REDIS_URL="redis://127.0.0.1:$P1"
+  if [ "${DB:-sqlite}" = postgres ]; then
+    PRIVATE_DB="seatrush_private_$$"
+    psql -q -h 127.0.0.1 -U postgres -d postgres -c "CREATE DATABASE $PRIVATE_DB" >/dev/null
+    export SEATRUSH_DATABASE_URL="postgres://postgres@127.0.0.1:5432/$PRIVATE_DB"
+  fi
   python3 -c "
 with open('$dir/codes.txt','w') as f:
     f.writelines('BENCH-%07d\n' % i for i in range($codes))"
   printf 'id = "bench"\ntotal_seats = %s\nhold_seconds = 3600\n[levels]\nA1 = %s\nB1 = %s\nC1 = %s\n' "$codes" "$codes" "$codes" "$codes" > "$dir/event.toml"
+}
+
+private_db_drop() {
+  [ -n "${PRIVATE_DB:-}" ] && psql -q -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS $PRIVATE_DB WITH (FORCE)" >/dev/null 2>&1 || true
 }

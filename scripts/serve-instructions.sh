@@ -9,7 +9,7 @@ set -uo pipefail
 S=$(realpath "$1"); OUTF=$(realpath -m "$2")
 DIR=$(mktemp -d /tmp/seatrush-cg-XXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; private_db_drop; rm -rf "$DIR"; }
 trap cleanup EXIT
 . "$(dirname "$0")/private-sale.sh"
 CODES=${CODES:-20000}
