@@ -7,7 +7,7 @@ use crate::ops::allowlist_file::parse_allowlist;
 use crate::sale::committer::AckPolicy;
 use crate::domain::event::{EventId, EventSpec};
 use crate::fault_hooks::FaultPlan;
-use crate::http::{self, AppState, Edge};
+use crate::http::{self, App, AppState, Edge};
 use crate::ops::loader;
 use crate::sale::persister::PersistPolicy;
 use crate::ops::reconcile as recompute;
@@ -174,7 +174,7 @@ pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> a
     if sale.settings.allowlist_in_memory {
         sale.allowlist.warm(&sale.catalog).await?;
     }
-    Ok(AppState { sale: Arc::new(sale), hasher: CodeHasher::from_env(), operator_token: settings.operator_token.clone(), in_flight_max: settings.in_flight_max, edge: Edge::new(settings.edge()) })
+    Ok(AppState::new(App { sale: Arc::new(sale), hasher: CodeHasher::from_env(), operator_token: settings.operator_token.clone(), in_flight_max: settings.in_flight_max, edge: Edge::new(settings.edge()) }))
 }
 
 /// Serves HTTP and runs the reaper until ctrl-c or SIGTERM.

@@ -17,5 +17,6 @@ mod operator;
 mod overload;
 mod persister;
 mod refusal_limit;
+mod schema;
 mod scripts;
 mod secrecy;
