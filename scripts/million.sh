@@ -12,6 +12,8 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; priva
 trap cleanup EXIT
 . "$(dirname "$0")/private-sale.sh"
 CODES=${CODES:-1000000} # fewer (CODES=300000) when the machine is too loaded for a million to open
+# BENCH_ARGS: more flags for the load run, e.g. the availability polls of issue 10's target 4:
+# BENCH_ARGS="--rate 20833 --connections 256 --mix poll=20000,fresh=716,retry=33,duplicate=33,unregistered=25,bot=25"
 private_sale "$DIR" "$CODES"
 "$S" event apply "$DIR/event.toml"
 start=$(date +%s.%N)
@@ -33,15 +35,20 @@ cpu() { awk '{printf "%.2f", ($14+$15)/100}' "/proc/$1/stat"; }
 # nothing else uses it during the run; processes that exit meanwhile are not counted).
 pg_ticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
 pg_before=$(pg_ticks)
-# serve's CPU by thread name: the request path (tokio-rt-worker) apart from SQLite's threads.
-threads() { for t in /proc/$SERVE/task/*; do echo "$(tr ' ' _ < "$t/comm") $(awk '{print $14+$15}' "$t/stat")"; done | awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' | sort; }
+# serve's CPU by thread name: the request path (tokio-rt-worker) apart from SQLite's threads; user
+# and kernel apart, and the thread's context switches (half of serve's CPU was found in the kernel).
+threads() {
+  for t in /proc/$SERVE/task/*; do
+    echo "$(tr ' ' _ < "$t/comm") $(awk '{print $14, $15}' "$t/stat") $(awk '/ctxt_switches/ {s += $2} END {print s}' "$t/status")"
+  done | awk '{u[$1]+=$2; k[$1]+=$3; c[$1]+=$4} END {for (n in u) print n, u[n], k[n], c[n]}' | sort
+}
 threads > "$DIR/threads.before"
 before=("$(cpu $SERVE)" "$(cpu "${PIDS[0]}")" "$(cpu "${PIDS[1]}")")
 if [ -n "${PERF:-}" ]; then # PERF=1: a call-graph profile of serve for 5 s in the middle of the run
   (sleep 3; perf record -F 499 -g -o "$OUT/serve.perf.data" -p "$SERVE" -- sleep 5 >/dev/null 2>&1) & PERFJOB=$!
 fi
 echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
-/usr/bin/time -o "$DIR/gen.time" -f "%U %S" "$S" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --duration-s 10 --out-dir "$OUT" 2>&1 | grep -a -E 'loop|latency|checks'
+/usr/bin/time -o "$DIR/gen.time" -f "%U %S" "$S" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --duration-s 10 --out-dir "$OUT" ${BENCH_ARGS:-} 2>&1 | grep -a -E 'loop|latency|polls|checks'
 echo "load after the run: $(cut -d' ' -f1-3 /proc/loadavg)"
 serve_s=$(echo "$(cpu $SERVE) - ${before[0]}" | bc); primary_s=$(echo "$(cpu "${PIDS[0]}") - ${before[1]}" | bc); replica_s=$(echo "$(cpu "${PIDS[1]}") - ${before[2]}" | bc)
 gen_s=$(awk '{print $1 + $2}' "$DIR/gen.time")
@@ -54,7 +61,8 @@ pairs=("serve $serve_s" "redis-primary $primary_s" "replica $replica_s" "load-ge
 for pair in "${pairs[@]}"; do
   set -- $pair; echo "cpu per admission: $1 $(echo "scale=1; $2 * 1000000 / $admitted" | bc) us"
 done
-join -a 2 -e 0 -o 0,1.2,2.2 "$DIR/threads.before" "$DIR/threads.after" | awk -v n="$admitted" '$3 > $2 {printf "  serve thread %s: %.1f us\n", $1, ($3 - $2) * 10000 / n}'
+join -a 2 -e 0 -o 0,1.2,1.3,1.4,2.2,2.3,2.4 "$DIR/threads.before" "$DIR/threads.after" | awk -v n="$admitted" \
+  '$5 + $6 > $2 + $3 {printf "  serve thread %s: %.1f us (user %.1f, kernel %.1f), %.2f context switches\n", $1, ($5 + $6 - $2 - $3) * 10000 / n, ($5 - $2) * 10000 / n, ($6 - $3) * 10000 / n, ($7 - $4) / n}'
 if [ -n "${PERF:-}" ]; then
   wait "$PERFJOB" || true
   perf report -i "$OUT/serve.perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -40 > "$OUT/serve.perf.top.txt" || true

@@ -1,7 +1,9 @@
 //! Group commit for the replica acknowledgement. A booking counts only once a replica has it,
 //! and `WAIT` covers only the writes made on its own connection, so each committer owns one
 //! connection: it takes every admit queued since its last round, sends them as one admit call per
-//! event, then one `WAIT` that covers the whole batch.
+//! event, then one `WAIT` that covers the whole batch. While the replicas keep up, the `WAIT`
+//! rides in the same pipeline as the admits (Redis runs it after them on this connection, so it
+//! covers them): one round trip a round, not two (issue 10).
 //!
 //! A committer undoes nothing. An admission whose acknowledgement fell short goes back to its
 //! caller as [`Committed::Short`], and the caller settles it through the database arbiter: the
@@ -118,7 +120,7 @@ impl Committer {
         let receiver = Arc::new(Mutex::new(receiver));
         let batch_size_max = batch_size_max.clamp(1, BATCH_SIZE_MAX);
         for _ in 0..connections.max(1) {
-            let worker = Worker { link: link.clone(), scripts: scripts.clone(), policy, batch_size_max, crash: crash.clone(), conn: None };
+            let worker = Worker { link: link.clone(), scripts: scripts.clone(), policy, batch_size_max, crash: crash.clone(), conn: None, wait_follows: true };
             tokio::spawn(worker.run(receiver.clone()));
         }
         Self { queue }
@@ -145,6 +147,8 @@ struct Worker {
     batch_size_max: usize,
     crash: FaultPlan,
     conn: Option<MultiplexedConnection>,
+    /// Whether the next round sends its WAIT in the admits' pipeline (see [`Worker::round`]).
+    wait_follows: bool,
 }
 
 impl Worker {
@@ -180,8 +184,9 @@ impl Worker {
     /// One round: the admits, then one WAIT. A refusal is answered whatever happens to the
     /// WAIT: it wrote nothing.
     async fn round(&mut self, batch: &[Job]) -> Vec<Result<Committed, RedisError>> {
-        let replies = match self.admit_all(batch).await {
-            Ok(replies) => replies,
+        let piggyback = self.wait_follows && self.waits();
+        let (replies, piggybacked) = match self.admit_all(batch, piggyback).await {
+            Ok(admitted) => admitted,
             Err(err) => return self.failed(batch.len(), err),
         };
         assert_eq!(replies.len(), batch.len(), "one reply per admit in the pipeline");
@@ -192,7 +197,19 @@ impl Worker {
         }
         self.crash.maybe(CrashPoint::AfterAdmit);
         let admitted = replies.iter().any(|r| matches!(r, Ok(AdmitReply::Admitted { .. })));
-        let acked = if admitted { self.wait().await } else { Ok(true) };
+        let waited = piggybacked.is_some() || admitted;
+        let acked = match piggybacked {
+            Some(acked) => acked,
+            None if admitted => self.wait().await,
+            None => Ok(true),
+        };
+        if waited {
+            // Only a round that found its replicas in step rides the next WAIT in its pipeline: a
+            // piggybacked WAIT runs whatever the scripts answered, so while replicas are missing
+            // it would hold every refusal for the whole timeout.
+            self.wait_follows = matches!(acked, Ok(true));
+        }
+        let acked = if admitted { acked } else { Ok(true) };
         if let Ok(false) = acked {
             tracing::warn!(wanted = self.policy.replicas, batch = batch.len(), "replica acknowledgement fell short; the callers settle their admissions");
         }
@@ -216,19 +233,21 @@ impl Worker {
             .collect()
     }
 
-    /// The round's WAIT: true when enough replicas hold every write of this connection.
-    async fn wait(&mut self) -> Result<bool, RedisError> {
-        let skip_wait = self.crash.broken_guard == Some(BrokenGuard::SkipWait);
-        if self.policy.replicas == 0 || skip_wait {
-            return Ok(true);
-        }
-        let policy = self.policy;
-        let acked: Result<i64, RedisError> = match self.connection().await {
-            Ok(conn) => redis::cmd("WAIT").arg(policy.replicas).arg(policy.timeout.as_millis() as u64).query_async(conn).await,
-            Err(e) => Err(e),
-        };
-        match acked {
-            Ok(n) => Ok(n >= i64::from(policy.replicas)),
+    /// Whether admissions need a WAIT at all.
+    fn waits(&self) -> bool {
+        self.policy.replicas > 0 && self.crash.broken_guard != Some(BrokenGuard::SkipWait)
+    }
+
+    fn wait_cmd(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.policy.replicas).arg(self.policy.timeout.as_millis() as u64);
+        cmd
+    }
+
+    /// What a WAIT's reply means: true when enough replicas hold every write of this connection.
+    fn acked(&mut self, reply: Result<i64, RedisError>) -> Result<bool, RedisError> {
+        match reply {
+            Ok(n) => Ok(n >= i64::from(self.policy.replicas)),
             Err(e) => {
                 if needs_reconnect(&e) {
                     self.conn = None;
@@ -238,6 +257,19 @@ impl Worker {
         }
     }
 
+    /// The round's WAIT on its own, after the admits' replies.
+    async fn wait(&mut self) -> Result<bool, RedisError> {
+        if !self.waits() {
+            return Ok(true);
+        }
+        let cmd = self.wait_cmd();
+        let reply: Result<i64, RedisError> = match self.connection().await {
+            Ok(conn) => cmd.query_async(conn).await,
+            Err(e) => Err(e),
+        };
+        self.acked(reply)
+    }
+
     fn failed(&mut self, jobs: usize, err: RedisError) -> Vec<Result<Committed, RedisError>> {
         if needs_reconnect(&err) {
             self.conn = None;
@@ -245,28 +277,35 @@ impl Worker {
         (0..jobs).map(|_| Err(err.clone())).collect()
     }
 
-    /// Pipelines the admits; script-cache misses are loaded and those calls run again once.
-    async fn admit_all(&mut self, batch: &[Job]) -> Result<Vec<Result<AdmitReply, RedisError>>, RedisError> {
+    /// Pipelines the admits, and with `wait` the round's WAIT behind them on the same connection
+    /// (one round trip for both); script-cache misses are loaded and those calls run again once.
+    /// The second value is the piggybacked WAIT's verdict: none when it was not sent, or when a
+    /// rerun wrote after it and it no longer covers the round.
+    async fn admit_all(&mut self, batch: &[Job], wait: bool) -> Result<(Vec<Result<AdmitReply, RedisError>>, Option<Result<bool, RedisError>>), RedisError> {
         let calls: Vec<&AdmitCall> = batch.iter().map(|j| &j.call).collect();
-        let values = self.pipeline(&calls).await?;
+        let (values, waited) = self.pipeline(&calls, wait).await?;
         let mut replies: Vec<Result<AdmitReply, RedisError>> = values.into_iter().map(decode_attempt).collect();
         let missed: Vec<usize> = (0..replies.len()).filter(|&i| matches!(&replies[i], Err(e) if is_noscript(e))).collect();
-        if !missed.is_empty() {
-            let load = self.scripts.admit.load_cmd();
-            load.query_async::<String>(self.connection().await?).await?;
-            let again: Vec<&AdmitCall> = missed.iter().map(|&i| calls[i]).collect();
-            for (i, value) in missed.into_iter().zip(self.pipeline(&again).await?) {
-                replies[i] = decode_attempt(value);
-            }
+        if missed.is_empty() {
+            let acked = waited.map(|reply| self.acked(reply));
+            return Ok((replies, acked));
         }
-        Ok(replies)
+        let load = self.scripts.admit.load_cmd();
+        load.query_async::<String>(self.connection().await?).await?;
+        let again: Vec<&AdmitCall> = missed.iter().map(|&i| calls[i]).collect();
+        for (i, value) in missed.into_iter().zip(self.pipeline(&again, false).await?.0) {
+            replies[i] = decode_attempt(value);
+        }
+        Ok((replies, None))
     }
 
     /// One admit call per event in the round, its attempts in the order they came, all in one
-    /// pipeline; one reply per call of `calls`, in their order. One call a round, not one an
-    /// admit: each call was a command, a script run and a reply, most of the primary's work
-    /// (issue 10). The script decides each attempt as a call of its own would have.
-    async fn pipeline(&mut self, calls: &[&AdmitCall]) -> Result<Vec<Result<Value, ReplyError>>, RedisError> {
+    /// pipeline; one reply per call of `calls`, in their order, and the WAIT's reply when `wait`.
+    /// One call a round, not one an admit: each call was a command, a script run and a reply,
+    /// most of the primary's work (issue 10). The script decides each attempt as a call of its
+    /// own would have.
+    #[allow(clippy::type_complexity)]
+    async fn pipeline(&mut self, calls: &[&AdmitCall], wait: bool) -> Result<(Vec<Result<Value, ReplyError>>, Option<Result<i64, RedisError>>), RedisError> {
         let groups = by_event(calls);
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -274,14 +313,21 @@ impl Worker {
             let attempts = group.iter().map(|&i| admit_args(calls[i]));
             pipe.add_command(self.scripts.admit_batch_call(&calls[group[0]].keys, attempts));
         }
-        let values: Vec<Value> = pipe.query_async(self.connection().await?).await?;
+        if wait {
+            pipe.add_command(self.wait_cmd());
+        }
+        let mut values: Vec<Value> = pipe.query_async(self.connection().await?).await?;
+        let waited = wait.then(|| match values.pop() {
+            Some(value) => value.extract_error().and_then(|v| redis::from_redis_value::<i64>(v).map_err(RedisError::from)),
+            None => Err(RedisError::from((redis::ErrorKind::Parse, "pipeline lost its WAIT reply"))),
+        });
         let mut replies: Vec<Option<Result<Value, ReplyError>>> = vec![None; calls.len()];
         for (group, value) in groups.iter().zip(values) {
             for (&i, reply) in group.iter().zip(admit_replies(value, group.len())) {
                 replies[i] = Some(reply);
             }
         }
-        Ok(replies.into_iter().map(|r| r.expect("every call is in one group")).collect())
+        Ok((replies.into_iter().map(|r| r.expect("every call is in one group")).collect(), waited))
     }
 }
 

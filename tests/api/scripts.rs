@@ -246,3 +246,55 @@ async fn a_committer_round_sends_one_admit_call_per_event() {
     let other_taken: i64 = app.redis(redis::cmd("HGET").arg(&other.taken).arg("A1"));
     assert_eq!(other_taken, 3);
 }
+
+/// How many times the primary has run `command` (its `INFO commandstats`).
+fn command_calls(app: &crate::helpers::TestApp, command: &str) -> i64 {
+    let info: String = app.redis(redis::cmd("INFO").arg("commandstats"));
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|l| l.split(',').next()).map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_committer_sends_its_wait_with_the_admits_only_while_the_replica_keeps_up() {
+    let app = spawn_app(AppOptions { seats: 10, ..Default::default() }).await;
+    let policy = AckPolicy { replicas: 1, timeout: Duration::from_millis(500) };
+    let committer = Committer::start(app.sale.link.clone(), Arc::new(Scripts::new()), policy, 1, FaultPlan::none());
+    let keys = Arc::new(app.keys.clone());
+    let call = |code: &str, n: &str| AdmitCall {
+        keys: keys.clone(),
+        code: app.hash(code),
+        nonce: Nonce::parse(&nonce(n)).unwrap(),
+        level: "A1".into(),
+        admission_id: format!("id-{n}"),
+        retry_only: false,
+    };
+    let waits = |app: &crate::helpers::TestApp| command_calls(app, "wait");
+    // A refusal writes nothing, but a round that rides its WAIT in the admits' pipeline sends it
+    // anyway: while the replica keeps up, a refused round costs one WAIT and no extra round trip.
+    assert!(matches!(committer.admit(call("CODE-00001", "a")).await, Ok(Committed::Acked(_))));
+    let before = waits(&app);
+    let refused = committer.admit(call("CODE-00001", "other")).await;
+    assert!(matches!(refused, Ok(Committed::Refused(ScriptRefusal::AlreadyAdmitted))), "{refused:?}");
+    assert_eq!(waits(&app) - before, 1, "the WAIT rode in the round's pipeline");
+
+    let replica = app.replica.as_ref().unwrap();
+    replica.pause();
+    let short = committer.admit(call("CODE-00002", "b")).await;
+    assert!(matches!(short, Ok(Committed::Short(_))), "the piggybacked WAIT still fell short: {short:?}");
+    // Behind a missing replica a piggybacked WAIT would hold every refusal for its whole timeout:
+    // the next refused round sends none.
+    let before = waits(&app);
+    let refused = committer.admit(call("CODE-00001", "again")).await;
+    assert!(matches!(refused, Ok(Committed::Refused(ScriptRefusal::AlreadyAdmitted))), "{refused:?}");
+    assert_eq!(waits(&app), before, "no WAIT behind a refusal while the replica lags");
+    let short = committer.admit(call("CODE-00003", "c")).await;
+    assert!(matches!(short, Ok(Committed::Short(_))), "an admission still waits for its replica: {short:?}");
+    replica.resume();
+
+    let acked = committer.admit(call("CODE-00004", "d")).await;
+    assert!(matches!(acked, Ok(Committed::Acked(_))), "{acked:?}");
+    let before = waits(&app);
+    let refused = committer.admit(call("CODE-00004", "other")).await;
+    assert!(matches!(refused, Ok(Committed::Refused(ScriptRefusal::AlreadyAdmitted))), "{refused:?}");
+    assert_eq!(waits(&app) - before, 1, "once a WAIT found the replica in step, the next one rides the pipeline again");
+}
