@@ -56,6 +56,10 @@ PERF=${PERF-1} scripts/million.sh "$S" "$OUT/million"
 echo; echo "## the same on PostgreSQL: serve without the database engine in it, and the server's CPU"
 DB=postgres CODES=300000 scripts/million.sh "$S" "$OUT/million-postgres"
 
+echo; echo "## 20,000 availability polls a second beside 833 bookings: each process's CPU (issue 10, target 4)"
+CODES=300000 BENCH_ARGS="--rate 20833 --connections 256 --mix poll=20000,fresh=716,retry=33,duplicate=33,unregistered=25,bot=25" \
+  scripts/million.sh "$S" "$OUT/million-polls"
+
 echo; echo "## serve's user-space instructions per admission (callgrind; repeatable where CPU seconds are not)"
 scripts/serve-instructions.sh "$S" "$OUT/serve.callgrind"
 
