@@ -186,7 +186,7 @@ impl Worker {
     async fn round(&mut self, batch: &[Job]) -> Vec<Result<Committed, RedisError>> {
         let piggyback = self.wait_follows && self.waits();
         let (replies, piggybacked) = match self.admit_all(batch, piggyback).await {
-            Ok(admitted) => admitted,
+            Ok(replied) => replied,
             Err(err) => return self.failed(batch.len(), err),
         };
         assert_eq!(replies.len(), batch.len(), "one reply per admit in the pipeline");
