@@ -221,10 +221,7 @@ async fn a_committer_round_sends_one_admit_call_per_event() {
         retry_only: false,
     };
     let calls: Vec<AdmitCall> = (1..=12).map(|i| if i % 2 == 0 { call(&mine, i, "A1") } else { call(&other, i, if i == 7 { "ZZ" } else { "A1" }) }).collect();
-    let evalsha_calls = |app: &crate::helpers::TestApp| -> i64 {
-        let info: String = app.redis(redis::cmd("INFO").arg("commandstats"));
-        info.lines().find_map(|l| l.strip_prefix("cmdstat_evalsha:calls=")).and_then(|l| l.split(',').next()).map_or(0, |n| n.parse().unwrap())
-    };
+    let evalsha_calls = |app: &crate::helpers::TestApp| command_calls(app, "evalsha");
     let mut conn = app.sale.link.check().await.unwrap();
     Scripts::new().admit.load_cmd().query_async::<String>(&mut conn).await.unwrap();
     let before = evalsha_calls(&app);
