@@ -132,7 +132,7 @@ struct Pass {
 /// at once, having copied what it could, and releases the lock; the pass tries again after a
 /// pause without any lock, and the next pass after that.
 fn checkpoint_pass(conn: &Connection) -> rusqlite::Result<Pass> {
-    // (blocked, frames in the WAL, frames copied into the database)
+    // (whether it was blocked, frames in the WAL)
     let checkpoint = |mode: &str| {
         conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| Ok((r.get::<_, i64>(0)? != 0, r.get::<_, i64>(1)?)))
     };
