@@ -142,9 +142,10 @@ struct Pass {
 /// pause without any lock, and the next pass after that.
 ///
 /// What a RESTART does hold the lock for is the copy of what the WAL still holds and two syncs,
-/// so the pass first leaves it little of either: PASSIVE copies until the writer's appends are
-/// small, then the database file synced outside the lock. Without them the rewind held the writer
-/// 10–30 ms twice a second in a closed loop at 20,000 bookings a second (issue 10, tenth pass).
+/// so the pass first leaves it little of either: it syncs the database file and copies again,
+/// without the lock, until the writer's appends are small. Without that the rewind held the
+/// writer 10–30 ms twice a second in a closed loop at 20,000 bookings a second, 1–3 ms with it
+/// (issue 10, tenth pass).
 fn checkpoint_pass(conn: &Connection) -> rusqlite::Result<Pass> {
     // (whether it was blocked, frames in the WAL)
     let checkpoint = |mode: &str| {
@@ -155,11 +156,13 @@ fn checkpoint_pass(conn: &Connection) -> rusqlite::Result<Pass> {
     if frames < WAL_REWIND_FRAMES {
         return Ok(pass);
     }
-    // What the writer appended during the copy, a RESTART would copy and sync holding the write
-    // lock: at 20,000 bookings a second that was 1,500 frames and 10–30 ms of every booking's
-    // time, twice a second. Each further PASSIVE copies what was appended during the last one,
-    // without the lock, so what is left for the RESTART shrinks to a few hundred frames.
+    // What the WAL still holds, a RESTART copies and syncs holding the write lock, and SQLite
+    // syncs the database file only after a copy that reached the WAL's end, which a PASSIVE under
+    // a busy writer never does: each rewind synced everything the pass had copied (90 MB, 10–30 ms
+    // at 20,000 bookings a second, twice a second). So the pass syncs outside the lock, copies
+    // what was appended meanwhile, and again, until what is left for the RESTART is small.
     while pass.copies < CATCH_UP_COPIES {
+        sync_database(conn)?;
         let (_, now) = checkpoint("PASSIVE")?;
         pass.copies += 1;
         // Fewer frames than before: the writer found the WAL copied and started it again itself.
@@ -172,9 +175,6 @@ fn checkpoint_pass(conn: &Connection) -> rusqlite::Result<Pass> {
     if pass.frames < WAL_REWIND_FRAMES {
         return Ok(pass);
     }
-    // SQLite syncs the database file only after a copy that reached the WAL's end, which a PASSIVE
-    // under a busy writer never does: the RESTART would then sync everything the PASSIVEs copied
-    // (90 MB, 10–30 ms) holding the write lock. Synced here, without the lock, it has little left.
     sync_database(conn)?;
     while pass.tries < REWIND_TRIES {
         if pass.tries > 0 {
