@@ -27,7 +27,8 @@ done
 echo "import + open: $(echo "$(date +%s.%N) - $start" | bc) s"
 # The whole crowd comes from one address: without --refusal-rate-per-minute 0 its unregistered
 # codes are rate limited (429) after the first 30 a minute, as `bench`'s own server does.
-"$S" serve --listen "127.0.0.1:$HTTP" --refusal-rate-per-minute 0 > "$DIR/serve.log" 2>&1 & SERVE=$!; PIDS+=($SERVE)
+# SERVE_ENV: environment for serve alone, e.g. SERVE_ENV=TOKIO_WORKER_THREADS=1 (issue 10, tenth pass).
+env ${SERVE_ENV:-} "$S" serve --listen "127.0.0.1:$HTTP" --refusal-rate-per-minute 0 > "$DIR/serve.log" 2>&1 & SERVE=$!; PIDS+=($SERVE)
 for _ in $(seq 100); do curl -s "http://127.0.0.1:$HTTP/healthz" >/dev/null && break; sleep 0.1; done
 echo "serve RSS with $CODES codes in memory: $(grep VmRSS /proc/$SERVE/status)"
 cpu() { awk '{printf "%.2f", ($14+$15)/100}' "/proc/$1/stat"; }
