@@ -156,11 +156,8 @@ fn checkpoint_pass(conn: &Connection) -> rusqlite::Result<Pass> {
     if frames < WAL_REWIND_FRAMES {
         return Ok(pass);
     }
-    // What the WAL still holds, a RESTART copies and syncs holding the write lock, and SQLite
-    // syncs the database file only after a copy that reached the WAL's end, which a PASSIVE under
-    // a busy writer never does: each rewind synced everything the pass had copied (90 MB, 10–30 ms
-    // at 20,000 bookings a second, twice a second). So the pass syncs outside the lock, copies
-    // what was appended meanwhile, and again, until what is left for the RESTART is small.
+    // SQLite syncs the database file only after a copy that reached the WAL's end, which a PASSIVE
+    // under a busy writer never does: unsynced, the pass's copies (90 MB) were the RESTART's to sync.
     while pass.copies < CATCH_UP_COPIES {
         sync_database(conn)?;
         let (_, now) = checkpoint("PASSIVE")?;
