@@ -147,10 +147,7 @@ struct Pass {
 /// writer 10–30 ms twice a second in a closed loop at 20,000 bookings a second, 1–3 ms with it
 /// (issue 10, tenth pass).
 fn checkpoint_pass(conn: &Connection) -> rusqlite::Result<Pass> {
-    // (whether it was blocked, frames in the WAL)
-    let checkpoint = |mode: &str| {
-        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| Ok((r.get::<_, i64>(0)? != 0, r.get::<_, i64>(1)?)))
-    };
+    let checkpoint = |mode: &str| wal_checkpoint(conn, mode);
     let (_, frames) = checkpoint("PASSIVE")?;
     let mut pass = Pass { frames, copies: 1, tries: 0, rewound: false, rewinding: Duration::ZERO };
     if frames < WAL_REWIND_FRAMES {
@@ -187,6 +184,11 @@ fn checkpoint_pass(conn: &Connection) -> rusqlite::Result<Pass> {
         }
     }
     Ok(pass)
+}
+
+/// One checkpoint in `mode`: whether it was blocked, and the frames in the WAL.
+fn wal_checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(bool, i64)> {
+    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| Ok((r.get::<_, i64>(0)? != 0, r.get::<_, i64>(1)?)))
 }
 
 /// Flushes the database file's written pages to disk (`fdatasync`, as SQLite's own sync).
@@ -343,7 +345,7 @@ mod tests {
 
     /// Frames in the WAL now.
     fn wal_frames(conn: &Connection) -> i64 {
-        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1)).unwrap()
+        wal_checkpoint(conn, "PASSIVE").unwrap().1
     }
 
     #[test]
