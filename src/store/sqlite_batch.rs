@@ -98,8 +98,12 @@ impl SqliteBatchWriter {
 /// kernel zeroing the file's new pages. So once the WAL is past `WAL_REWIND_FRAMES`, a RESTART
 /// checkpoint rewinds it (see [`checkpoint_pass`]).
 fn checkpoint_while(alive: std::sync::Weak<()>, conn: Connection) {
-    while alive.strong_count() > 0 {
+    loop {
         std::thread::sleep(CHECKPOINT_INTERVAL);
+        // Checked after the pause: a writer dropped meanwhile may have taken its file with it.
+        if alive.strong_count() == 0 {
+            return;
+        }
         match checkpoint_pass(&conn) {
             Ok(p) => tracing::debug!(frames = p.frames, copies = p.copies, tries = p.tries, rewound = p.rewound, rewinding_us = p.rewinding.as_micros() as u64, "WAL checkpoint"),
             Err(e) => tracing::warn!(error = %e, "background WAL checkpoint failed; the next one retries"),

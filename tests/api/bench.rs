@@ -47,3 +47,34 @@ async fn a_short_open_loop_run_adds_up() {
     assert!(r.sent > 200 && r.sent <= 300, "{} requests at 300/s for 1 s", r.sent);
     assert_counts_add_up(&r, r.sent);
 }
+
+fn floor_args(argv: &[&str]) -> seatrush::lab::bench::args::SqliteFloorArgs {
+    let cli = Cli::parse_from([&["seatrush", "bench", "sqlite-floor"], argv].concat());
+    let Command::Bench(args) = cli.command else { unreachable!("parsed a bench command") };
+    let Some(seatrush::lab::bench::args::BenchCommand::SqliteFloor(floor)) = args.command else { unreachable!("parsed sqlite-floor") };
+    floor
+}
+
+/// The floor run writes every booking at every size (a last batch shorter than the others
+/// included) and reports each size; it checks the database's seat holders itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_floor_writes_every_booking_at_every_batch_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().display().to_string();
+    seatrush::lab::bench::sqlite_floor::run(&floor_args(&["--bookings", "2000", "--batches", "1,7", "--out-dir", &out])).await.unwrap();
+    let runs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("sqlite-floor.json")).unwrap()).unwrap();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.iter().map(|r| r["batch"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 7]);
+    for r in runs {
+        assert_eq!(r["bookings"], 2000);
+        assert!(r["bookings_per_s"].as_f64().unwrap() > 0.0);
+        assert!(r["cpu_us_per_booking"]["sqlite-writer"].is_object(), "{r}");
+        assert!(r["batch_latency_ms"]["max"].as_f64().unwrap() >= r["batch_latency_ms"]["p50"].as_f64().unwrap());
+    }
+}
+
+#[tokio::test]
+async fn the_sqlite_floor_refuses_a_batch_of_zero() {
+    let err = seatrush::lab::bench::sqlite_floor::run(&floor_args(&["--batches", "9,0"])).await.unwrap_err();
+    assert!(err.to_string().contains("--batches"), "{err}");
+}

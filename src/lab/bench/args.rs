@@ -19,6 +19,21 @@ pub enum BenchCommand {
     Strategies(StrategiesArgs),
     /// The same load run on SQLite and on PostgreSQL, alternating, and the ratio of their admitted/s
     CompareBackends(Box<CompareArgs>),
+    /// The embedded SQLite writer alone, fed batches directly: its CPU per booking at each batch size
+    SqliteFloor(SqliteFloorArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SqliteFloorArgs {
+    /// Bookings written at each batch size, each size into a database of its own
+    #[arg(long, default_value_t = 300_000)]
+    pub bookings: usize,
+    /// Bookings per transaction, one run each (the closed loop's batches run 9-13)
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 9, 32, 128])]
+    pub batches: Vec<usize>,
+    /// Where sqlite-floor.json goes
+    #[arg(long, default_value = "bench-out")]
+    pub out_dir: PathBuf,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -7,6 +7,7 @@ pub mod ceiling;
 pub mod client;
 pub mod driver;
 pub mod report;
+pub mod sqlite_floor;
 pub mod strategies;
 pub mod svg;
 pub mod topology;
@@ -28,6 +29,7 @@ pub async fn run(connections: &Connections, args: &BenchArgs) -> anyhow::Result<
     match &args.command {
         Some(BenchCommand::Strategies(s)) => strategies::run(s).await,
         Some(BenchCommand::CompareBackends(c)) => compare_backends(connections, c).await,
+        Some(BenchCommand::SqliteFloor(f)) => sqlite_floor::run(f).await,
         None => {
             let report = load(connections, &args.load).await?;
             anyhow::ensure!(report.checks.passed, "the run's checks failed (see {})", args.load.out_dir.display());
