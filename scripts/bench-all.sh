@@ -72,3 +72,6 @@ done
 
 echo; echo "## Redis ceilings of admit.lua before the sixth pass and now, alternating (target 3b's yardstick)"
 scripts/admit-ceilings.sh "$OUT/admit-7180ad0.lua"
+
+echo; echo "## the embedded SQLite writer alone, by batch size: the database's share of serve's CPU (issue 10, target 3a)"
+"$S" bench sqlite-floor --batches 1,9,13,32,128 --out-dir "$OUT/sqlite-floor" 2>&1 | grep -a -v -E '^\S*\[2m|INFO|WARN'
