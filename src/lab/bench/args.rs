@@ -19,7 +19,7 @@ pub enum BenchCommand {
     Strategies(StrategiesArgs),
     /// The same load run on SQLite and on PostgreSQL, alternating, and the ratio of their admitted/s
     CompareBackends(Box<CompareArgs>),
-    /// The embedded SQLite writer alone, fed batches directly: its CPU per booking at each batch size
+    /// The embedded SQLite writer alone, fed batches directly: its CPU, WAL frames and reads per booking at each batch size
     SqliteFloor(SqliteFloorArgs),
 }
 

@@ -142,7 +142,7 @@ async fn one_size(hashes: &[crate::domain::code::CodeHash], batch: usize) -> any
     let mut per_booking: BTreeMap<String, ThreadFigures> = THREADS.iter().map(|name| (name.to_string(), ThreadFigures::default())).collect();
     for (tid, now) in &after {
         let Some(sum) = per_booking.get_mut(&now.name) else { continue };
-        // A thread that started during the run (this size's own writer) counts from zero.
+        // A thread the first sample missed counts from zero.
         let was = before.get(tid).cloned().unwrap_or_default();
         sum.user_us += (now.user_ticks - was.user_ticks) as f64 * 1e6 / ticks_per_second() / n;
         sum.kernel_us += (now.kernel_ticks - was.kernel_ticks) as f64 * 1e6 / ticks_per_second() / n;
