@@ -48,6 +48,10 @@ before=("$(cpu $SERVE)" "$(cpu "${PIDS[0]}")" "$(cpu "${PIDS[1]}")")
 if [ -n "${PERF:-}" ]; then # PERF=1: a call-graph profile of serve for 5 s in the middle of the run
   (sleep 3; perf record -F 499 -g -o "$OUT/serve.perf.data" -p "$SERVE" -- sleep 5 >/dev/null 2>&1) & PERFJOB=$!
 fi
+if [ -n "${SYSCALLS:-}" ]; then # SYSCALLS=1: serve's system calls by thread and kind over the whole run (perf stat)
+  EV=$(for c in recvfrom writev write epoll_wait futex pread64 pwrite64 fcntl fsync fdatasync; do printf 'syscalls:sys_enter_%s,' $c; done)
+  perf stat -e "${EV%,}" --per-thread -x, -p "$SERVE" -o "$DIR/syscalls.csv" & STATJOB=$!
+fi
 echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
 /usr/bin/time -o "$DIR/gen.time" -f "%U %S" "$S" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --duration-s 10 --out-dir "$OUT" ${BENCH_ARGS:-} 2>&1 | grep -a -E 'loop|latency|polls|checks'
 echo "load after the run: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -64,6 +68,13 @@ for pair in "${pairs[@]}"; do
 done
 join -a 2 -e 0 -o 0,1.2,1.3,1.4,2.2,2.3,2.4 "$DIR/threads.before" "$DIR/threads.after" | awk -v n="$admitted" \
   '$5 + $6 > $2 + $3 {printf "  serve thread %s: %.1f us (user %.1f, kernel %.1f), %.2f context switches\n", $1, ($5 + $6 - $2 - $3) * 10000 / n, ($5 - $2) * 10000 / n, ($6 - $3) * 10000 / n, ($7 - $4) / n}'
+if [ -n "${SYSCALLS:-}" ]; then
+  kill -INT "$STATJOB"; wait "$STATJOB" || true
+  # "name-tid,count,,syscalls:sys_enter_kind,...", summed over the threads of a name, per admission.
+  # A thread started during the run (sqlx's readers) is counted under the thread that started it.
+  awk -F, -v n="$admitted" '$4 ~ /sys_enter_/ && $2 ~ /^[0-9]+$/ {t = $1; sub(/-[0-9]+$/, "", t); k = $4; sub(/.*sys_enter_/, "", k); c[t, k] += $2; names[t]; kinds[k]}
+    END {for (t in names) {line = ""; for (k in kinds) if (c[t, k] > 0) line = line sprintf(" %s %.2f", k, c[t, k] / n); if (line != "") print "  serve thread " t " system calls per admission:" line}}' "$DIR/syscalls.csv" | sort
+fi
 if [ -n "${PERF:-}" ]; then
   wait "$PERFJOB" || true
   perf report -i "$OUT/serve.perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -40 > "$OUT/serve.perf.top.txt" || true
