@@ -26,7 +26,8 @@ use crate::sale::persister::{PersistPolicy, PersistedMarks, Persister};
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::scripts::{self, Scripts};
 use crate::sale::stats::Stats;
-use crate::store::Store;
+use crate::domain::code::CodeHash;
+use crate::store::{BookingRow, SqliteBatchWriter, Store, StoreError};
 use redis::RedisError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,7 +67,27 @@ impl Default for SaleSettings {
     }
 }
 
-/// Connections of [`Sale`]'s seat reads: a burst of repeated clicks waits for these (each read
+/// Where [`Sale`] reads the seat a `409 already_admitted` names.
+enum SeatReads {
+    /// SQLite's batch writer, between two of its batches (see [`SqliteBatchWriter::booking`]).
+    Writer(SqliteBatchWriter),
+    /// Connections of their own, taken without sqlx's ping (see `Store::dedicated`). Through the
+    /// shared pool each read was three round trips (a ping before and after), and those reads,
+    /// one per repeated click, were more of PostgreSQL's wake-ups than the writer's batches
+    /// (issue 10).
+    Pool(Store),
+}
+
+impl SeatReads {
+    async fn booking(&self, event: &EventId, code: &CodeHash) -> Result<Option<BookingRow>, StoreError> {
+        match self {
+            SeatReads::Writer(writer) => writer.booking(event, code).await,
+            SeatReads::Pool(store) => store.booking(event, code).await,
+        }
+    }
+}
+
+/// Connections of [`Sale`]'s seat reads when they do not go through SQLite's batch writer: a burst of repeated clicks waits for these (each read
 /// bounded by the persist deadline; past it the answer names no seat), never for the shared pool.
 pub const SEAT_READ_CONNECTIONS: u32 = 2;
 
@@ -78,11 +99,8 @@ pub struct Sale {
     pub allowlist: AllowCache,
     pub store: Store,
     pub persister: Persister,
-    /// Where a `409 already_admitted` reads the seat it names: connections of its own, taken
-    /// without sqlx's ping (see `Store::dedicated`). Through the shared pool each read was three
-    /// round trips (a ping before and after), and those reads, one per repeated click, were more
-    /// of PostgreSQL's wake-ups than the writer's batches (issue 10).
-    seat_reads: Store,
+    /// Where a `409 already_admitted` reads the seat it names.
+    seat_reads: SeatReads,
     pub stats: Arc<Stats>,
     pub crash: FaultPlan,
     pub settings: SaleSettings,
@@ -104,20 +122,25 @@ impl Sale {
             crash.clone(),
         );
         let stats = Arc::new(Stats::default());
+        // Its own connections: the shared pool's users (health, payments, reaper) cannot starve it.
+        let persister = Persister::start(
+            store.dedicated(settings.persist.connections()),
+            settings.persist,
+            Some(PersistedMarks { link: link.clone(), scripts: scripts.clone(), crash: crash.clone() }),
+            stats.clone(),
+        );
+        let seat_reads = match persister.sqlite_writer() {
+            Some(writer) => SeatReads::Writer(writer.clone()),
+            None => SeatReads::Pool(store.dedicated(SEAT_READ_CONNECTIONS)),
+        };
         Self {
             catalog: Catalog::new(link.clone()),
             allowlist: AllowCache::new(link.clone()),
-            // Its own connections: the shared pool's users (health, payments, reaper) cannot starve it.
-            persister: Persister::start(
-                store.dedicated(settings.persist.connections()),
-                settings.persist,
-                Some(PersistedMarks { link: link.clone(), scripts: scripts.clone(), crash: crash.clone() }),
-                stats.clone(),
-            ),
+            persister,
             link,
             scripts,
             committer,
-            seat_reads: store.dedicated(SEAT_READ_CONNECTIONS),
+            seat_reads,
             store,
             stats,
             crash,

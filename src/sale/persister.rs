@@ -126,6 +126,7 @@ pub struct Persister {
     store: Store,
     queue: Option<mpsc::Sender<Job>>,
     marks: Option<PersistedMarks>,
+    direct: Option<SqliteBatchWriter>,
 }
 
 impl Persister {
@@ -135,7 +136,7 @@ impl Persister {
     /// The writers count their batches and their time in `stats`.
     pub fn start(store: Store, policy: PersistPolicy, marks: Option<PersistedMarks>, stats: Arc<Stats>) -> Self {
         if policy.batch_size_max == 0 {
-            return Self { store, queue: None, marks };
+            return Self { store, queue: None, marks, direct: None };
         }
         let direct = match store.sqlite_path().filter(|_| policy.direct_sqlite).map(|p| SqliteBatchWriter::open(&p)) {
             Some(Ok(direct)) => Some(direct),
@@ -157,7 +158,13 @@ impl Persister {
             };
             tokio::spawn(write_batches(writer, policy, receiver.clone(), marks.clone(), stats.clone()));
         }
-        Self { store, queue: Some(queue), marks }
+        Self { store, queue: Some(queue), marks, direct }
+    }
+
+    /// SQLite's batch writer, when batches go through it: what it has committed, it reads
+    /// without fetching pages again.
+    pub fn sqlite_writer(&self) -> Option<&SqliteBatchWriter> {
+        self.direct.as_ref()
     }
 
     /// The request path's write, batched or not; same outcome either way.

@@ -14,9 +14,11 @@
 //! a cap, a code or seat named twice, or any error rolls the whole transaction back and the
 //! one-at-a-time path decides every booking again, exactly as before.
 
-use super::bookings::{to_row, unclaimed, RowTuple};
+use super::bookings::{to_row, unclaimed, BookingRow, RowTuple};
 use super::hold_batch::{sqlite_sql, BatchShape, Outcomes, Written};
 use crate::domain::admission::Seat;
+use crate::domain::code::CodeHash;
+use crate::domain::event::EventId;
 use crate::domain::event::now_ms;
 use super::{HoldItem, HoldOutcome, StoreError};
 use rusqlite::{params, Connection, TransactionBehavior};
@@ -40,8 +42,16 @@ const REWIND_RETRY: Duration = Duration::from_millis(1);
 /// SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY, the codes sqlx reports as unique violations.
 const UNIQUE_CODES: [i32; 2] = [2067, 1555];
 
-/// A batch and where its outcome goes.
-type Request = (Arc<Vec<HoldItem>>, tokio::sync::oneshot::Sender<rusqlite::Result<Written>>);
+/// What the writer's thread is asked to do, and where the answer goes.
+enum Request {
+    /// A batch of holds, one transaction.
+    Hold(Arc<Vec<HoldItem>>, tokio::sync::oneshot::Sender<rusqlite::Result<Written>>),
+    /// A code's booking row, for a `409 already_admitted`. Read here because this connection
+    /// keeps its page cache from one of its own commits to the next; a reader's connection drops
+    /// its cache whenever the WAL has changed, which under a sale is before nearly every read, and
+    /// through sqlx each such read fetched about seven pages again (issue 10).
+    Booking(EventId, CodeHash, tokio::sync::oneshot::Sender<rusqlite::Result<Option<RowTuple>>>),
+}
 
 /// One SQLite connection used only for batched holds, on a thread of its own. Through
 /// `spawn_blocking` each batch went to whichever of the blocking pool's threads was free (three of
@@ -71,8 +81,15 @@ impl SqliteBatchWriter {
         thread("sqlite-writer")
             .spawn(move || {
                 let _writing = writing;
-                for (items, reply) in requests {
-                    let _ = reply.send(write(&mut conn, &items));
+                for request in requests {
+                    match request {
+                        Request::Hold(items, reply) => {
+                            let _ = reply.send(write(&mut conn, &items));
+                        }
+                        Request::Booking(event, code, reply) => {
+                            let _ = reply.send(read_row(&conn, event.as_str(), code.as_str()));
+                        }
+                    }
                 }
             })
             .map_err(|e| StoreError::Batch(format!("starting the writer: {e}")))?;
@@ -85,10 +102,21 @@ impl SqliteBatchWriter {
     /// The writes in order, one transaction; see [`super::Store::hold_batch`] for the contract.
     pub async fn hold_batch(&self, items: Arc<Vec<HoldItem>>) -> Result<Written, StoreError> {
         let (reply, written) = tokio::sync::oneshot::channel();
-        let stopped = || StoreError::Batch("the SQLite writer thread stopped".into());
-        self.batches.send((items, reply)).map_err(|_| stopped())?;
+        self.batches.send(Request::Hold(items, reply)).map_err(|_| stopped())?;
         written.await.map_err(|_| stopped())?.map_err(sql_error)
     }
+
+    /// The booking row of a code, as [`super::Store::booking`] reads it, on the writer's thread
+    /// between two batches.
+    pub async fn booking(&self, event: &EventId, code: &CodeHash) -> Result<Option<BookingRow>, StoreError> {
+        let (reply, found) = tokio::sync::oneshot::channel();
+        self.batches.send(Request::Booking(event.clone(), code.clone(), reply)).map_err(|_| stopped())?;
+        Ok(found.await.map_err(|_| stopped())?.map_err(sql_error)?.and_then(to_row))
+    }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Batch("the SQLite writer thread stopped".into())
 }
 
 /// Checkpoints beside the writer until the writer is dropped. A PASSIVE checkpoint never blocks
@@ -255,8 +283,8 @@ fn write_at_once(tx: &rusqlite::Transaction<'_>, items: &[HoldItem], shape: &Bat
     Ok(Some(outcomes))
 }
 
-fn read_row(tx: &rusqlite::Transaction<'_>, item: &HoldItem) -> rusqlite::Result<Option<RowTuple>> {
-    let found = tx.prepare_cached(sqlite_sql::SELECT_ROW)?.query_row(params![item.event.as_str(), item.admission.code.as_str()], |r| {
+fn read_row(conn: &Connection, event: &str, code: &str) -> rusqlite::Result<Option<RowTuple>> {
+    let found = conn.prepare_cached(sqlite_sql::SELECT_ROW)?.query_row(params![event, code], |r| {
         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?))
     });
     match found {
@@ -301,7 +329,7 @@ fn claim(tx: &rusqlite::Transaction<'_>, item: &HoldItem, now_ms: i64) -> rusqli
         event, adm.code.as_str(), adm.nonce.as_str(), adm.id, adm.slot, adm.level, "held", adm.admitted_ms, now_ms + item.hold_ms, now_ms
     ])?;
     if claimed == 0 {
-        return Ok(Some(unclaimed(read_row(tx, item)?.and_then(to_row), adm)));
+        return Ok(Some(unclaimed(read_row(tx, item.event.as_str(), item.admission.code.as_str())?.and_then(to_row), adm)));
     }
     Ok(None)
 }

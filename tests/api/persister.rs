@@ -410,3 +410,28 @@ async fn unbatched_writes_give_the_outcomes_hold_gives() {
     assert_eq!(kinds(&outcomes), kinds(&expected));
     assert_eq!(state(&store).await, expected_state);
 }
+
+/// The `409 already_admitted` seat read goes through SQLite's batch writer: it must read what the
+/// database holds, the same row the pool reads, for a code it wrote, a code the reaper claimed
+/// through another connection after the writer's last commit, and a code with no row.
+#[tokio::test]
+async fn the_sqlite_writer_reads_the_rows_the_pool_reads() {
+    let (db, store) = fresh_store(Backend::Sqlite).await;
+    let writer = SqliteBatchWriter::open(&store.sqlite_path().unwrap()).unwrap();
+    let (items, _) = scenario();
+    writer.hold_batch(Arc::new(items.clone())).await.unwrap();
+    // Written by another connection since: the writer must not answer from a stale cache.
+    let late = item("CODE-7", "g1", 3, "B1");
+    store.reap(&late.event, &late.admission, 2_000).await.unwrap();
+    let event = EventId::parse(crate::helpers::EVENT).unwrap();
+    let mut held = 0;
+    for code in ["CODE-1", "CODE-3", "CODE-4", "CODE-5", "CODE-6", "CODE-7", "CODE-8"] {
+        let (by_writer, by_pool) = (writer.booking(&event, &hash(code)).await.unwrap(), store.booking(&event, &hash(code)).await.unwrap());
+        assert_eq!(by_writer, by_pool, "{code}");
+        held += by_writer.as_ref().is_some_and(|r| r.holds_seat()) as usize;
+    }
+    assert_eq!(held, 3, "CODE-1, CODE-3 and CODE-4 hold seats");
+    assert_eq!(writer.booking(&event, &hash("CODE-7")).await.unwrap().map(|r| r.state), Some("released".to_owned()));
+    assert_eq!(writer.booking(&event, &hash("CODE-8")).await.unwrap(), None);
+    drop(db);
+}
