@@ -70,6 +70,8 @@ impl Default for SaleSettings {
 /// Where [`Sale`] reads the seat a `409 already_admitted` names.
 enum SeatReads {
     /// SQLite's batch writer, between two of its batches (see [`SqliteBatchWriter::booking`]).
+    /// Behind a stalled batch the read waits with it, and past the persist deadline the `409`
+    /// names no seat, as it does when the database cannot be read.
     Writer(SqliteBatchWriter),
     /// Connections of their own, taken without sqlx's ping (see `Store::dedicated`). Through the
     /// shared pool each read was three round trips (a ping before and after), and those reads,

@@ -86,6 +86,9 @@ impl SqliteBatchWriter {
                         Request::Hold(items, reply) => {
                             let _ = reply.send(write(&mut conn, &items));
                         }
+                        // A read its caller gave up on (past the persist deadline, behind a stalled
+                        // batch) is skipped: a stall must not leave the writer a backlog of them.
+                        Request::Booking(_, _, reply) if reply.is_closed() => {}
                         Request::Booking(event, code, reply) => {
                             let _ = reply.send(read_row(&conn, event.as_str(), code.as_str()));
                         }
