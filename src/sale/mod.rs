@@ -89,8 +89,9 @@ impl SeatReads {
     }
 }
 
-/// Connections of [`Sale`]'s seat reads when they do not go through SQLite's batch writer: a burst of repeated clicks waits for these (each read
-/// bounded by the persist deadline; past it the answer names no seat), never for the shared pool.
+/// Connections of [`Sale`]'s seat reads when they do not go through SQLite's batch writer: a
+/// burst of repeated clicks waits for these (each read bounded by the persist deadline; past it
+/// the answer names no seat), never for the shared pool.
 pub const SEAT_READ_CONNECTIONS: u32 = 2;
 
 pub struct Sale {

@@ -18,8 +18,7 @@ use super::bookings::{to_row, unclaimed, BookingRow, RowTuple};
 use super::hold_batch::{sqlite_sql, BatchShape, Outcomes, Written};
 use crate::domain::admission::Seat;
 use crate::domain::code::CodeHash;
-use crate::domain::event::EventId;
-use crate::domain::event::now_ms;
+use crate::domain::event::{now_ms, EventId};
 use super::{HoldItem, HoldOutcome, StoreError};
 use rusqlite::{params, Connection, TransactionBehavior};
 use std::path::Path;
@@ -53,9 +52,9 @@ enum Request {
     Booking(EventId, CodeHash, tokio::sync::oneshot::Sender<rusqlite::Result<Option<RowTuple>>>),
 }
 
-/// One SQLite connection used only for batched holds, on a thread of its own. Through
-/// `spawn_blocking` each batch went to whichever of the blocking pool's threads was free (three of
-/// them took turns with the one file under load).
+/// One SQLite connection used only for batched holds (and the `409` seat reads between them), on
+/// a thread of its own. Through `spawn_blocking` each batch went to whichever of the blocking
+/// pool's threads was free (three of them took turns with the one file under load).
 #[derive(Clone)]
 pub struct SqliteBatchWriter {
     batches: std::sync::mpsc::Sender<Request>,
