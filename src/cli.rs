@@ -10,14 +10,17 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "seatrush", version, about = "Flash-sale seat booking: fair admission through one atomic Redis script")]
+#[command(
+    name = "seatrush",
+    version,
+    about = "Flash-sale seat booking: fair admission through one atomic Redis script"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub connections: Connections,
     #[command(subcommand)]
     pub command: Command,
 }
-
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
@@ -83,10 +86,6 @@ pub struct EventArg {
     pub event: String,
 }
 
-
-
-
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,12 +105,19 @@ mod tests {
 
     #[test]
     fn the_serve_flags_parse_on_the_commands_that_serve() {
-        let Command::Serve(serve) = parse("serve --commit-batch-max 9 --wait-replicas 0").unwrap().command else { panic!("serve") };
+        let Command::Serve(serve) = parse("serve --commit-batch-max 9 --wait-replicas 0").unwrap().command else {
+            panic!("serve")
+        };
         assert_eq!((serve.commit_batch_max, serve.wait_replicas), (9, 0));
         let Command::Demo(demo) = parse("demo --commit-batch-max 9").unwrap().command else { panic!("demo") };
         assert_eq!(demo.serve.commit_batch_max, 9);
-        let Command::Bench(bench) = parse("bench --commit-batch-max 9 --backend postgres").unwrap().command else { panic!("bench") };
-        assert_eq!((bench.load.server.commit_batch_max, bench.load.backend), (9, crate::lab::bench::args::Backend::Postgres));
+        let Command::Bench(bench) = parse("bench --commit-batch-max 9 --backend postgres").unwrap().command else {
+            panic!("bench")
+        };
+        assert_eq!(
+            (bench.load.server.commit_batch_max, bench.load.backend),
+            (9, crate::lab::bench::args::Backend::Postgres)
+        );
     }
 
     #[test]

@@ -172,7 +172,10 @@ mod tests {
             let var = move |asked: &str| (asked == name).then(|| "skip-wait".to_string());
             assert_eq!(refused_variable(var, false), Some(name));
         }
-        assert_eq!(refused_variable(env_with(&[("SEATRUSH_BREAK_GUARD", "skip-wait")]), false), Some("SEATRUSH_BREAK_GUARD"));
+        assert_eq!(
+            refused_variable(env_with(&[("SEATRUSH_BREAK_GUARD", "skip-wait")]), false),
+            Some("SEATRUSH_BREAK_GUARD")
+        );
     }
 
     #[test]
@@ -183,13 +186,24 @@ mod tests {
 
     #[test]
     fn a_build_with_the_hooks_accepts_the_fault_variables() {
-        assert_eq!(refused_variable(env_with(&[("SEATRUSH_BREAK_GUARD", "skip-wait"), ("SEATRUSH_CRASH_AT", "after_wait")]), true), None);
+        assert_eq!(
+            refused_variable(
+                env_with(&[("SEATRUSH_BREAK_GUARD", "skip-wait"), ("SEATRUSH_CRASH_AT", "after_wait")]),
+                true
+            ),
+            None
+        );
     }
 
     #[test]
     fn the_refusal_says_which_variable_and_why() {
         let message = FaultHooksError::NotCompiledIn("SEATRUSH_BREAK_GUARD").to_string();
-        assert!(message.starts_with("SEATRUSH_BREAK_GUARD is set, but this binary was built without the `fault-hooks` feature"), "{message}");
+        assert!(
+            message.starts_with(
+                "SEATRUSH_BREAK_GUARD is set, but this binary was built without the `fault-hooks` feature"
+            ),
+            "{message}"
+        );
         assert!(message.contains("refuses to start"), "{message}");
     }
 }

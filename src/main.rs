@@ -31,7 +31,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let spec = ops::apply_event(s, &file).await?;
             println!("applied event {} ({} seats, {} levels)", spec.id, spec.total_seats, spec.levels.len());
         }
-        Command::Allowlist { action: AllowlistAction::Import { event, file } } => ops::import_allowlist(s, &event, &file).await?,
+        Command::Allowlist { action: AllowlistAction::Import { event, file } } => {
+            ops::import_allowlist(s, &event, &file).await?
+        }
         Command::Open(e) => ops::open(s, &e.event).await?,
         Command::Close(e) => ops::close(s, &e.event).await?,
         Command::Status { event, persist_timeout } => ops::status(s, &event.event, &persist_timeout).await?,

@@ -146,7 +146,14 @@ impl EventSpec {
                 return Err(EventError::Window);
             }
         }
-        Ok(Self { id, total_seats: file.total_seats, hold_seconds: file.hold_seconds, opens_at_ms, closes_at_ms, levels })
+        Ok(Self {
+            id,
+            total_seats: file.total_seats,
+            hold_seconds: file.hold_seconds,
+            opens_at_ms,
+            closes_at_ms,
+            levels,
+        })
     }
 }
 

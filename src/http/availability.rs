@@ -14,8 +14,8 @@
 
 use super::error::{ApiError, ErrorBody};
 use super::AppState;
-use crate::sale::catalog::EventView;
 use crate::domain::event::{now_ms, EventId};
+use crate::sale::catalog::EventView;
 use crate::sale::stats::Stats;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -90,14 +90,19 @@ pub struct LevelAvailability {
         (status = 503, description = "retry: Redis unavailable", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn availability(State(app): State<AppState>, Path(event): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn availability(
+    State(app): State<AppState>,
+    Path(event): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let id = EventId::parse(&event).map_err(|_| ApiError::NotFound)?;
     let view = app.sale.event(&id).await?;
     let snapshot = app.edge.availability.get(&app, &view).await?;
     let now = now_ms();
     let state = view.window(now).as_str();
     let etag = snapshot.etag(state);
-    let matches = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|sent| etag_matches(sent, &etag));
+    let matches =
+        headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|sent| etag_matches(sent, &etag));
     let stats = &app.sale.stats;
     let mut response = if matches {
         Stats::bump(&stats.availability_not_modified);
@@ -133,12 +138,17 @@ fn etag_matches(sent: &str, etag: &str) -> bool {
 /// RFC 3339 in UTC with milliseconds.
 pub fn rfc3339_millis(ms: i64) -> String {
     use time::format_description::well_known::Rfc3339;
-    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     t.format(&Rfc3339).unwrap_or_default()
 }
 
 /// Shared with the operator dashboard, so both pages count "remaining" the same way.
-pub fn level_availability(view: &EventView, free: i64, taken: &HashMap<String, i64>) -> BTreeMap<String, LevelAvailability> {
+pub fn level_availability(
+    view: &EventView,
+    free: i64,
+    taken: &HashMap<String, i64>,
+) -> BTreeMap<String, LevelAvailability> {
     view.levels
         .iter()
         .map(|(level, cap)| {
@@ -171,7 +181,10 @@ impl Snapshot {
     fn new(view: &EventView, free: i64, taken: &HashMap<String, i64>) -> Self {
         let levels = level_availability(view, free, taken);
         let mut hash = Sha256::new();
-        hash.update(format!("{}|{}|{:?}|{:?}|{}", view.id, view.total_seats, view.opens_at_ms, view.closes_at_ms, free));
+        hash.update(format!(
+            "{}|{}|{:?}|{:?}|{}",
+            view.id, view.total_seats, view.opens_at_ms, view.closes_at_ms, free
+        ));
         for (name, level) in &levels {
             hash.update(format!("|{name}:{}:{}", level.cap, level.remaining));
         }

@@ -4,11 +4,11 @@
 use super::error::{ApiError, ErrorBody};
 use super::refusal_limit::retry_after_seconds;
 use super::{AppState, ClientAddr};
-use crate::sale::answer::AnswerStatus;
-use crate::sale::booking::{Booked, BookingRequest, Refusal};
 use crate::domain::code::NormalisedCode;
 use crate::domain::event::{now_ms, rfc3339_ms, EventId};
 use crate::domain::nonce::Nonce;
+use crate::sale::answer::AnswerStatus;
+use crate::sale::booking::{Booked, BookingRequest, Refusal};
 use crate::sale::stats::Stats;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
@@ -40,7 +40,12 @@ pub struct BookingBody {
     #[schema(example = "B1", pattern = "^[A-Za-z0-9_-]{1,32}$", min_length = 1, max_length = 32)]
     level: String,
     /// Chosen by the client per booking attempt and sent again on every retry of it.
-    #[schema(example = "3f2a9c1e-7d4b-4c2e-9a51-0b8d6e2f4a10", pattern = "^[A-Za-z0-9_-]{8,64}$", min_length = 8, max_length = 64)]
+    #[schema(
+        example = "3f2a9c1e-7d4b-4c2e-9a51-0b8d6e2f4a10",
+        pattern = "^[A-Za-z0-9_-]{8,64}$",
+        min_length = 8,
+        max_length = 64
+    )]
     nonce: String,
     /// The honeypot, hidden from people: they leave it empty (or send nothing, or null).
     #[schema(example = "", max_length = 0)]
@@ -97,7 +102,12 @@ pub struct AdmittedBody {
         (status = 503, description = "retry: Redis, the replica acknowledgement or the database could not finish; retry with the same nonce", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn create(State(app): State<AppState>, client: ClientAddr, Path(event): Path<String>, body: Result<Bytes, BytesRejection>) -> Response {
+pub async fn create(
+    State(app): State<AppState>,
+    client: ClientAddr,
+    Path(event): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let started = Instant::now();
     let stats = &app.sale.stats;
     let result = match body {
@@ -155,7 +165,12 @@ impl From<ApiError> for Refused {
 }
 
 fn created(b: &Booked) -> Response {
-    let body = AdmittedBody { status: AnswerStatus::Admitted, slot: b.slot, level: b.level.clone(), hold_until: rfc3339_ms(b.hold_until_ms) };
+    let body = AdmittedBody {
+        status: AnswerStatus::Admitted,
+        slot: b.slot,
+        level: b.level.clone(),
+        hold_until: rfc3339_ms(b.hold_until_ms),
+    };
     (StatusCode::CREATED, Json(body)).into_response()
 }
 
@@ -184,8 +199,9 @@ async fn book(app: &AppState, event: &str, body: &[u8]) -> Result<Answer, Refuse
     let code = NormalisedCode::parse(field(&fields, "code")?)
         .map_err(|e| Refused { error: ApiError::InvalidRequest(e.to_string()), about_code: true })?;
     let level = field(&fields, "level")?.to_owned();
-    let nonce = Nonce::parse(field(&fields, "nonce")?)
-        .ok_or_else(|| ApiError::InvalidRequest("nonce must be 8-64 characters of A-Z, a-z, 0-9, '_' and '-'".into()))?;
+    let nonce = Nonce::parse(field(&fields, "nonce")?).ok_or_else(|| {
+        ApiError::InvalidRequest("nonce must be 8-64 characters of A-Z, a-z, 0-9, '_' and '-'".into())
+    })?;
     let request = BookingRequest { event, code: app.hasher.hash(&code), level, nonce };
     match app.sale.book(&request).await {
         Ok(booked) => Ok(Answer::Booked(booked)),
@@ -215,7 +231,12 @@ async fn fake_admission(app: &AppState, event: &EventId, fields: &Map<String, Va
         Some(Value::String(l)) if l.len() <= 32 => l.clone(),
         _ => view.as_deref().and_then(|v| v.levels.keys().next().map(|l| l.to_string())).unwrap_or_else(|| "A".into()),
     };
-    Booked { slot: rand::random_range(1..=seats.max(1)), level, hold_until_ms: now_ms() + hold_seconds * 1000, paid: false }
+    Booked {
+        slot: rand::random_range(1..=seats.max(1)),
+        level,
+        hold_until_ms: now_ms() + hold_seconds * 1000,
+        paid: false,
+    }
 }
 
 fn field<'a>(fields: &'a Map<String, Value>, name: &str) -> Result<&'a str, ApiError> {

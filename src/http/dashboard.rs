@@ -59,7 +59,9 @@ impl PeakRate {
     pub fn record(&self, now_ms: i64) {
         let second = now_ms.div_euclid(1000);
         let current = self.second.load(Ordering::Relaxed);
-        if current != second && self.second.compare_exchange(current, second, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        if current != second
+            && self.second.compare_exchange(current, second, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
             self.in_second.store(0, Ordering::Relaxed);
         }
         let here = self.in_second.fetch_add(1, Ordering::Relaxed) + 1;
@@ -120,14 +122,20 @@ pub async fn summary(State(app): State<AppState>, headers: HeaderMap) -> Result<
         }
     }
     let stats = &app.sale.stats;
-    let latency = stats.booking_latency.by_outcome().into_iter().map(|(outcome, h)| (outcome, latency_summary(&h.snapshot()))).collect();
+    let latency = stats
+        .booking_latency
+        .by_outcome()
+        .into_iter()
+        .map(|(outcome, h)| (outcome, latency_summary(&h.snapshot())))
+        .collect();
     let admitted_peak_per_second = app.edge.admitted_peak.peak();
     Ok(Json(Summary { now_ms: now_ms(), counters: stats.snapshot(), latency, admitted_peak_per_second, events }))
 }
 
 async fn open_events(app: &AppState) -> Result<Vec<EventId>, ApiError> {
     let mut conn = app.sale.link.shared().await.map_err(|e| unavailable("redis", &e))?;
-    let mut ids: Vec<String> = redis::cmd("SMEMBERS").arg(EVENTS_KEY).query_async(&mut conn).await.map_err(|e| unavailable("redis", &e))?;
+    let mut ids: Vec<String> =
+        redis::cmd("SMEMBERS").arg(EVENTS_KEY).query_async(&mut conn).await.map_err(|e| unavailable("redis", &e))?;
     ids.sort();
     Ok(ids.iter().filter_map(|id| EventId::parse(id).ok()).take(EVENTS_MAX).collect())
 }
@@ -148,7 +156,13 @@ async fn event_fill(app: &AppState, id: &EventId) -> Result<Option<EventFill>, A
             LevelFill { cap: level.cap, held: counted.held, paid: counted.paid, remaining: level.remaining, name }
         })
         .collect();
-    Ok(Some(EventFill { id: view.id.to_string(), state: view.window(now_ms()).as_str(), total_seats: view.total_seats, remaining: free, levels }))
+    Ok(Some(EventFill {
+        id: view.id.to_string(),
+        state: view.window(now_ms()).as_str(),
+        total_seats: view.total_seats,
+        remaining: free,
+        levels,
+    }))
 }
 
 /// The dashboard keeps polling through a 503; the log says which side failed.

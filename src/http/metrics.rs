@@ -59,7 +59,10 @@ pub fn render(stats: &Stats) -> String {
         let _ = writeln!(out, "{PREFIX}{}{labels} {}", sample.family, sample.value);
     }
     let family = "booking_duration_seconds";
-    let _ = writeln!(out, "# HELP {PREFIX}{family} Booking request latency at the HTTP edge, by outcome (admitted, refused, retry).");
+    let _ = writeln!(
+        out,
+        "# HELP {PREFIX}{family} Booking request latency at the HTTP edge, by outcome (admitted, refused, retry)."
+    );
     let _ = writeln!(out, "# TYPE {PREFIX}{family} histogram");
     for (outcome, histogram) in stats.booking_latency.by_outcome() {
         write_histogram(&mut out, family, outcome, &histogram.snapshot());

@@ -12,17 +12,16 @@
 
 pub mod availability;
 pub mod bookings;
+pub mod dashboard;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
 pub mod operator;
-pub mod dashboard;
 mod page;
 pub mod refusal_limit;
 
 use crate::domain::code::CodeHasher;
 use crate::sale::Sale;
-use secrecy::SecretString;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
@@ -30,6 +29,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use ipnet::IpNet;
 use refusal_limit::RefusalLimiter;
+use secrecy::SecretString;
 use serde::Serialize;
 use std::convert::Infallible;
 use std::future::Future;
@@ -116,8 +116,10 @@ impl FromRequestParts<AppState> for ClientAddr {
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
         // Without connection info (a router driven in-process), every request is one client.
-        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
-        let forwarded: Vec<&str> = parts.headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok()).collect();
+        let peer =
+            parts.extensions.get::<ConnectInfo<SocketAddr>>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
+        let forwarded: Vec<&str> =
+            parts.headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok()).collect();
         Ok(ClientAddr(refusal_limit::client_address(peer, &forwarded, &app.edge.settings.trusted_proxies)))
     }
 }
@@ -151,8 +153,18 @@ pub fn router(state: AppState) -> Router {
 /// `503 retry` with `Retry-After` (our error body), never queued.
 fn overload_layer(
     state: &AppState,
-) -> impl tower::Layer<axum::routing::Route, Service: tower::Service<axum::extract::Request, Response = axum::response::Response, Error = std::convert::Infallible, Future: Send> + Clone + Send + Sync + 'static>
-       + Clone
+) -> impl tower::Layer<
+    axum::routing::Route,
+    Service: tower::Service<
+        axum::extract::Request,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+        Future: Send,
+    > + Clone
+                 + Send
+                 + Sync
+                 + 'static,
+> + Clone
        + Send
        + Sync
        + 'static {
@@ -197,6 +209,12 @@ async fn healthz(State(app): State<AppState>) -> (StatusCode, Json<Health>) {
 }
 
 /// Serves until `shutdown` resolves, then finishes the requests in flight.
-pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-    axum::serve(listener, router(state).into_make_service_with_connect_info::<SocketAddr>()).with_graceful_shutdown(shutdown).await
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state).into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await
 }

@@ -34,7 +34,9 @@ mod tests {
     use std::collections::BTreeSet;
 
     fn statuses(doc: &serde_json::Value, path: &str, method: &str) -> BTreeSet<String> {
-        let responses = doc["paths"][path][method]["responses"].as_object().unwrap_or_else(|| panic!("{method} {path} is not documented"));
+        let responses = doc["paths"][path][method]["responses"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{method} {path} is not documented"));
         responses.keys().cloned().collect()
     }
 
@@ -67,11 +69,22 @@ mod tests {
         let (_, api) = api_router().split_for_parts();
         let doc = serde_json::to_value(&api).unwrap();
         let strings: Vec<&str> = AnswerStatus::ALL.iter().map(|s| s.as_str()).collect();
-        assert_eq!(doc["components"]["schemas"]["ErrorBody"]["properties"]["status"]["oneOf"][0]["enum"], serde_json::json!(strings));
-        let documented: BTreeSet<String> =
-            doc["paths"].as_object().unwrap().values().flat_map(|p| p.as_object().unwrap().values()).flat_map(|op| op["responses"].as_object().unwrap().keys().cloned()).collect();
+        assert_eq!(
+            doc["components"]["schemas"]["ErrorBody"]["properties"]["status"]["oneOf"][0]["enum"],
+            serde_json::json!(strings)
+        );
+        let documented: BTreeSet<String> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|p| p.as_object().unwrap().values())
+            .flat_map(|op| op["responses"].as_object().unwrap().keys().cloned())
+            .collect();
         for status in AnswerStatus::ALL {
-            assert!(documented.contains(&status.http_code().to_string()) || status == AnswerStatus::InternalError, "{status:?} is answered but documented nowhere");
+            assert!(
+                documented.contains(&status.http_code().to_string()) || status == AnswerStatus::InternalError,
+                "{status:?} is answered but documented nowhere"
+            );
         }
     }
 }

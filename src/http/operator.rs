@@ -51,7 +51,12 @@ pub struct BookingState {
 }
 
 fn booking_json(row: &BookingRow) -> Json<BookingState> {
-    Json(BookingState { status: row.state.clone(), slot: row.slot, level: row.level.clone(), hold_until: rfc3339_ms(row.hold_until_ms) })
+    Json(BookingState {
+        status: row.state.clone(),
+        slot: row.slot,
+        level: row.level.clone(),
+        hold_until: rfc3339_ms(row.hold_until_ms),
+    })
 }
 
 /// `POST /api/events/{event}/bookings/{code}/payment`
@@ -70,7 +75,11 @@ fn booking_json(row: &BookingRow) -> Json<BookingState> {
         (status = 503, description = "retry: the database is unavailable", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn pay(State(app): State<AppState>, headers: HeaderMap, Path((event, code)): Path<(String, String)>) -> Result<Json<BookingState>, ApiError> {
+pub async fn pay(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path((event, code)): Path<(String, String)>,
+) -> Result<Json<BookingState>, ApiError> {
     authorise(&app, &headers)?;
     let (event, code) = parse(&app, &event, &code)?;
     Ok(booking_json(&app.sale.pay(&event, &code).await?))
@@ -92,7 +101,11 @@ pub async fn pay(State(app): State<AppState>, headers: HeaderMap, Path((event, c
         (status = 503, description = "retry: the database is unavailable", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn cancel(State(app): State<AppState>, headers: HeaderMap, Path((event, code)): Path<(String, String)>) -> Result<Json<BookingState>, ApiError> {
+pub async fn cancel(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path((event, code)): Path<(String, String)>,
+) -> Result<Json<BookingState>, ApiError> {
     authorise(&app, &headers)?;
     let (event, code) = parse(&app, &event, &code)?;
     let mut row = app.sale.cancel(&event, &code).await?;

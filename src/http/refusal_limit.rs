@@ -110,7 +110,8 @@ pub fn client_address(peer: IpAddr, forwarded_for: &[&str], trusted: &[IpNet]) -
     if !is_trusted(&peer) {
         return peer;
     }
-    let hops = forwarded_for.iter().flat_map(|h| h.split(',')).map(str::trim).filter(|h| !h.is_empty()).collect::<Vec<_>>();
+    let hops =
+        forwarded_for.iter().flat_map(|h| h.split(',')).map(str::trim).filter(|h| !h.is_empty()).collect::<Vec<_>>();
     let mut client = peer;
     for hop in hops.iter().rev() {
         match hop.parse::<IpAddr>() {
@@ -129,7 +130,9 @@ pub fn client_address(peer: IpAddr, forwarded_for: &[&str], trusted: &[IpNet]) -
 /// `trusted-proxies` entries: an address or a CIDR block.
 pub fn parse_trusted_proxy(s: &str) -> Result<IpNet, String> {
     let s = s.trim();
-    s.parse::<IpNet>().or_else(|_| s.parse::<IpAddr>().map(IpNet::from)).map_err(|_| format!("{s:?} is neither an IP address nor a CIDR block"))
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("{s:?} is neither an IP address nor a CIDR block"))
 }
 
 #[cfg(test)]
@@ -198,8 +201,16 @@ mod tests {
     fn forwarded_for_is_believed_only_from_a_trusted_proxy() {
         let trusted = [parse_trusted_proxy("10.0.0.0/8").unwrap(), parse_trusted_proxy("192.0.2.9").unwrap()];
         assert_eq!(client_address(ip("203.0.113.5"), &["198.51.100.1"], &trusted), ip("203.0.113.5"), "untrusted peer");
-        assert_eq!(client_address(ip("10.1.1.1"), &["198.51.100.1, 198.51.100.2"], &trusted), ip("198.51.100.2"), "last hop");
-        assert_eq!(client_address(ip("10.1.1.1"), &["198.51.100.1", "198.51.100.2, 192.0.2.9"], &trusted), ip("198.51.100.2"), "chained proxies");
+        assert_eq!(
+            client_address(ip("10.1.1.1"), &["198.51.100.1, 198.51.100.2"], &trusted),
+            ip("198.51.100.2"),
+            "last hop"
+        );
+        assert_eq!(
+            client_address(ip("10.1.1.1"), &["198.51.100.1", "198.51.100.2, 192.0.2.9"], &trusted),
+            ip("198.51.100.2"),
+            "chained proxies"
+        );
         assert_eq!(client_address(ip("10.1.1.1"), &["forged, nonsense"], &trusted), ip("10.1.1.1"));
         assert_eq!(client_address(ip("10.1.1.1"), &[], &trusted), ip("10.1.1.1"));
         assert!(parse_trusted_proxy("not an address").is_err());

@@ -68,7 +68,10 @@ impl Tally {
         let people: usize = self.by_status.values().sum();
         let bots: usize = self.bots.values().sum();
         let answers = self.by_status.iter().map(|(s, n)| format!("{s} {n}")).collect::<Vec<_>>().join(", ");
-        format!("{people} people: {answers}; {bots} honeypot bots (answered with fake 201s, nothing booked); {} retries", self.retries)
+        format!(
+            "{people} people: {answers}; {bots} honeypot bots (answered with fake 201s, nothing booked); {} retries",
+            self.retries
+        )
     }
 }
 
@@ -79,13 +82,19 @@ pub async fn run(base_url: &str, event: &str, candidates: Vec<Candidate>, concur
 
 /// Runs every candidate, spread over several servers (as behind a load balancer): a candidate
 /// starts on one and moves to the next when a connection fails, keeping its nonce.
-pub async fn run_spread(base_urls: &[String], event: &str, candidates: Vec<Candidate>, concurrency: usize) -> Vec<Outcome> {
+pub async fn run_spread(
+    base_urls: &[String],
+    event: &str,
+    candidates: Vec<Candidate>,
+    concurrency: usize,
+) -> Vec<Outcome> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .pool_max_idle_per_host(concurrency)
         .build()
         .expect("an HTTP client with only a timeout set builds");
-    let urls: Arc<Vec<String>> = Arc::new(base_urls.iter().map(|b| format!("{b}/api/events/{event}/bookings")).collect());
+    let urls: Arc<Vec<String>> =
+        Arc::new(base_urls.iter().map(|b| format!("{b}/api/events/{event}/bookings")).collect());
     let gate = Arc::new(Semaphore::new(concurrency.max(1)));
     let tasks: Vec<_> = candidates
         .into_iter()
@@ -155,6 +164,9 @@ mod tests {
         let tally = Tally::of(&[outcome(false, "admitted"), outcome(true, "admitted"), outcome(false, "sold_out")]);
         assert_eq!(tally.by_status["admitted"], 1);
         assert_eq!(tally.bots["admitted"], 1);
-        assert_eq!(tally.summary(), "2 people: admitted 1, sold_out 1; 1 honeypot bots (answered with fake 201s, nothing booked); 0 retries");
+        assert_eq!(
+            tally.summary(),
+            "2 people: admitted 1, sold_out 1; 1 honeypot bots (answered with fake 201s, nothing booked); 0 retries"
+        );
     }
 }

@@ -2,17 +2,17 @@
 //! replica (child processes on free ports), an SQLite file in a temp dir, a demo event with three
 //! levels and demo codes, opened and served; optionally a burst of simulated candidates.
 
-use crate::ops::settings::{Connections, ServeSettings};
-use clap::Args;
-use secrecy::{ExposeSecret, SecretString};
 use crate::domain::code::{CodeHasher, NormalisedCode};
-use crate::lab::crowd::{self, Candidate, Tally};
 use crate::domain::event::{EventId, EventSpec, LevelName};
-use crate::ops::loader;
-use crate::ops;
+use crate::lab::crowd::{self, Candidate, Tally};
 use crate::lab::redis_server::RedisServer;
+use crate::ops;
+use crate::ops::loader;
+use crate::ops::settings::{Connections, ServeSettings};
 use crate::store::Store;
 use anyhow::Context;
+use clap::Args;
+use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeMap;
 
 pub const DEMO_EVENT: &str = "demo";
@@ -43,7 +43,10 @@ pub async fn run(connections: &Connections, args: &DemoArgs) -> anyhow::Result<(
     connections.redis_url = primary.url();
     connections.database_url = format!("sqlite://{}", dir.path().join("demo.db").display());
     let mut serve = args.serve.clone();
-    let token = serve.operator_token.as_ref().map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), |t| t.expose_secret().to_owned());
+    let token = serve
+        .operator_token
+        .as_ref()
+        .map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), |t| t.expose_secret().to_owned());
     serve.operator_token = Some(SecretString::from(token.clone()));
 
     let store = Store::connect(&connections.database_url).await?;
@@ -51,7 +54,8 @@ pub async fn run(connections: &Connections, args: &DemoArgs) -> anyhow::Result<(
     store.apply_event(&spec).await?;
     let codes = demo_codes(args.codes);
     let hasher = CodeHasher::from_env();
-    let hashes: Vec<_> = codes.iter().map(|c| hasher.hash(&NormalisedCode::parse(c).expect("demo codes are valid"))).collect();
+    let hashes: Vec<_> =
+        codes.iter().map(|c| hasher.hash(&NormalisedCode::parse(c).expect("demo codes are valid"))).collect();
     store.import_allowlist(&spec.id, &hashes).await?;
     let link = crate::redis_io::link::RedisLink::new(&connections.redis_url)?;
     loader::open_event(&mut link.check().await?, &store, &spec.id).await?;
@@ -62,13 +66,24 @@ pub async fn run(connections: &Connections, args: &DemoArgs) -> anyhow::Result<(
     };
     let url = format!("http://{}", listener.local_addr()?);
     println!("seatrush demo is running at {url}/");
-    println!("  event:          {DEMO_EVENT} ({} seats; levels {})", spec.total_seats, spec.levels.iter().map(|(l, c)| format!("{l} cap {c}")).collect::<Vec<_>>().join(", "));
-    println!("  redis:          primary {} with replica {} (noeviction, min-replicas-to-write 1)", primary.url(), replica.url());
+    println!(
+        "  event:          {DEMO_EVENT} ({} seats; levels {})",
+        spec.total_seats,
+        spec.levels.iter().map(|(l, c)| format!("{l} cap {c}")).collect::<Vec<_>>().join(", ")
+    );
+    println!(
+        "  redis:          primary {} with replica {} (noeviction, min-replicas-to-write 1)",
+        primary.url(),
+        replica.url()
+    );
     println!("  database:       {}", connections.database_url);
     println!("  demo codes:     {} … {} ({} registered)", codes[0], codes[codes.len().min(5) - 1], codes.len());
     println!("  operator token: {token}");
     println!("  try:            curl -s -XPOST {url}/api/events/{DEMO_EVENT}/bookings -H 'content-type: application/json' \\");
-    println!("                    -d '{{\"code\":\"{}\",\"level\":\"A1\",\"nonce\":\"try-it-0001\"}}'", codes[0].to_lowercase());
+    println!(
+        "                    -d '{{\"code\":\"{}\",\"level\":\"A1\",\"nonce\":\"try-it-0001\"}}'",
+        codes[0].to_lowercase()
+    );
     println!("  stop:           ctrl-c (the private Redis processes stop with it)");
 
     let app = ops::build_app(&connections, &serve).await?;

@@ -3,13 +3,13 @@
 //! mid-burst (by SIGKILL from outside, or by the injected crashes of `faults.rs`) and show that
 //! nothing leaks.
 
-use tokio_util::sync::CancellationToken;
 use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// How long a `serve` may take to answer `/healthz`.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -58,7 +58,8 @@ pub struct Fleet {
 }
 
 fn spawn(spec: &ServeSpec, port: u16) -> anyhow::Result<Child> {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(spec.log_dir.join(format!("serve-{port}.log")))?;
+    let log =
+        std::fs::OpenOptions::new().create(true).append(true).open(spec.log_dir.join(format!("serve-{port}.log")))?;
     let mut cmd = Command::new(&spec.bin);
     cmd.arg("serve").envs(spec.env.iter().cloned()).env("SEATRUSH_LISTEN", format!("127.0.0.1:{port}"));
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(log));

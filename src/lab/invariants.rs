@@ -11,7 +11,11 @@ use redis::aio::MultiplexedConnection;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Every violation found, in words; empty when all three invariants hold.
-pub async fn violations(conn: &mut MultiplexedConnection, store: &Store, event: &EventId) -> anyhow::Result<Vec<String>> {
+pub async fn violations(
+    conn: &mut MultiplexedConnection,
+    store: &Store,
+    event: &EventId,
+) -> anyhow::Result<Vec<String>> {
     let mut v = Vec::new();
     let spec = store.event(event).await?.spec;
     let holders = store.seat_holders(event).await?;
@@ -56,7 +60,11 @@ pub async fn violations(conn: &mut MultiplexedConnection, store: &Store, event: 
         v.push(format!("no oversell: {held_and_free} seats are held in the database and free in Redis"));
     }
     if free_set.len() as i64 + seats.len() as i64 != spec.total_seats {
-        let lost: Vec<String> = (1..=spec.total_seats).filter(|s| !free_set.contains(s) && !seats.contains(s)).take(5).map(|s| s.to_string()).collect();
+        let lost: Vec<String> = (1..=spec.total_seats)
+            .filter(|s| !free_set.contains(s) && !seats.contains(s))
+            .take(5)
+            .map(|s| s.to_string())
+            .collect();
         v.push(format!(
             "nothing leaks: {} free in Redis + {} held in the database != {} seats (neither free nor held, e.g. seats {})",
             free_set.len(),
@@ -74,7 +82,9 @@ pub async fn violations(conn: &mut MultiplexedConnection, store: &Store, event: 
                 Some(hash) => store.booking(event, &hash).await?,
                 None => None,
             };
-            let row = row.map_or("no row".to_owned(), |r| format!("row {} for admission {} (nonce {})", r.state, r.admission_id, r.nonce));
+            let row = row.map_or("no row".to_owned(), |r| {
+                format!("row {} for admission {} (nonce {})", r.state, r.admission_id, r.nonce)
+            });
             orphans.push(format!("{}: record {record:?}, {row}", &code[..code.len().min(12)]));
         }
         v.push(format!(
@@ -173,7 +183,8 @@ impl FinalRow {
 async fn final_rows(store: &Store, event: &EventId) -> anyhow::Result<HashMap<String, FinalRow>> {
     type Tuple = (String, String, i64, String, i64, i64);
     let sql = "SELECT code_hash, nonce, slot, state, hold_until_ms, updated_ms FROM bookings WHERE event_id = $1";
-    let rows: Vec<Tuple> = crate::store::on_pool!(store, pool => sqlx::query_as(sql).bind(event.as_str()).fetch_all(pool).await?);
+    let rows: Vec<Tuple> =
+        crate::store::on_pool!(store, pool => sqlx::query_as(sql).bind(event.as_str()).fetch_all(pool).await?);
     Ok(rows
         .into_iter()
         .map(|(code, nonce, slot, state, hold_until_ms, updated_ms)| {
@@ -223,7 +234,13 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
     // The cancels that may have ended `t`'s hold: still under way after `t` was first asked for
     // (a cancel answered before that cannot touch a row written later).
     let cancels_of = |t: &Told| -> Vec<i64> {
-        cancels.get(t.code.as_str()).into_iter().flatten().filter(|(_, answered)| *answered >= t.asked_ms).map(|(sent, _)| *sent).collect()
+        cancels
+            .get(t.code.as_str())
+            .into_iter()
+            .flatten()
+            .filter(|(_, answered)| *answered >= t.asked_ms)
+            .map(|(sent, _)| *sent)
+            .collect()
     };
     let cancel_sent_by = |t: &Told, at: i64| cancels_of(t).iter().any(|sent| *sent <= at);
     let first_cancel = |t: &Told| cancels_of(t).into_iter().min().unwrap_or(i64::MAX);
@@ -236,7 +253,10 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
             None => v.add("a candidate told 201 has no row in the database", format!("{code} told seat {slot}")),
             Some(r) if r.nonce == t.nonce && r.holds_seat() => {
                 if r.slot != slot {
-                    v.add("a candidate holds another seat than the one it was told", format!("{code} told seat {slot}, holds seat {}", r.slot));
+                    v.add(
+                        "a candidate holds another seat than the one it was told",
+                        format!("{code} told seat {slot}, holds seat {}", r.slot),
+                    );
                 }
             }
             Some(r) if r.updated_ms < until && !cancel_sent_by(t, r.updated_ms) => {
@@ -260,7 +280,10 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
         for (i, a) in claims.iter().enumerate() {
             for b in &claims[i + 1..] {
                 if a.0.max(b.0) < a.1.min(b.1) {
-                    v.add("no oversell: one seat was told to two candidates whose holds overlap", format!("seat {slot}: {} and {}", short(a.2), short(b.2)));
+                    v.add(
+                        "no oversell: one seat was told to two candidates whose holds overlap",
+                        format!("seat {slot}: {} and {}", short(a.2), short(b.2)),
+                    );
                 }
             }
         }
@@ -280,23 +303,43 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
     for (code, r) in rows.iter().filter(|(_, r)| r.holds_seat()) {
         let told = by_nonce.get(r.nonce.as_str());
         if told.is_none_or(|t| t.final_refusal()) {
-            v.add("nothing leaks: a seat is held for a candidate who was never told it has one", format!("{} seat {}", short(code), r.slot));
+            v.add(
+                "nothing leaks: a seat is held for a candidate who was never told it has one",
+                format!("{} seat {}", short(code), r.slot),
+            );
         }
         if r.state == "paid" && r.updated_ms >= r.hold_until_ms {
-            v.add("a booking was paid after its hold ran out", format!("{} paid at {}, hold until {}", short(code), r.updated_ms, r.hold_until_ms));
+            v.add(
+                "a booking was paid after its hold ran out",
+                format!("{} paid at {}, hold until {}", short(code), r.updated_ms, r.hold_until_ms),
+            );
         }
     }
 
     for c in &journal.operator {
         let row = rows.get(&c.code);
         match c.call {
-            OperatorCall::Cancel if c.what == "released" && row.is_some_and(|r| r.nonce == c.nonce && r.state == "paid") => {
-                v.add("a cancel was answered released but the booking stays paid", format!("{} ({} {})", short(&c.code), c.status, c.what));
+            OperatorCall::Cancel
+                if c.what == "released" && row.is_some_and(|r| r.nonce == c.nonce && r.state == "paid") =>
+            {
+                v.add(
+                    "a cancel was answered released but the booking stays paid",
+                    format!("{} ({} {})", short(&c.code), c.status, c.what),
+                );
             }
-            OperatorCall::Pay if c.status == 200 && !cancels.contains_key(c.code.as_str()) && row.is_none_or(|r| r.state != "paid") => {
+            OperatorCall::Pay
+                if c.status == 200
+                    && !cancels.contains_key(c.code.as_str())
+                    && row.is_none_or(|r| r.state != "paid") =>
+            {
                 v.add(
                     "a payment was accepted but the booking is not paid, and no cancel was sent",
-                    format!("{} paid at {}, row now {}", short(&c.code), c.sent_ms, row.map_or("missing", |r| r.state.as_str())),
+                    format!(
+                        "{} paid at {}, row now {}",
+                        short(&c.code),
+                        c.sent_ms,
+                        row.map_or("missing", |r| r.state.as_str())
+                    ),
                 );
             }
             _ => {}

@@ -67,7 +67,8 @@ type SpawnRequest = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
 /// (after ten seconds). So every child is forked from one spawner thread that lives as long as
 /// the process.
 pub fn spawn_tied(mut cmd: Command) -> std::io::Result<Child> {
-    static SPAWNER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<SpawnRequest>>> = std::sync::OnceLock::new();
+    static SPAWNER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<SpawnRequest>>> =
+        std::sync::OnceLock::new();
     // SAFETY: prctl is async-signal-safe and touches no memory of ours.
     unsafe {
         cmd.pre_exec(|| {
@@ -88,7 +89,11 @@ pub fn spawn_tied(mut cmd: Command) -> std::io::Result<Child> {
         std::sync::Mutex::new(tx)
     });
     let (reply, answer) = std::sync::mpsc::channel();
-    spawner.lock().expect("spawner lock").send((cmd, reply)).map_err(|_| std::io::Error::other("spawner thread gone"))?;
+    spawner
+        .lock()
+        .expect("spawner lock")
+        .send((cmd, reply))
+        .map_err(|_| std::io::Error::other("spawner thread gone"))?;
     answer.recv().map_err(|_| std::io::Error::other("spawner thread gone"))?
 }
 
@@ -185,17 +190,29 @@ impl RedisServer {
 pub fn wait_replicas_online_at(port: u16, n: usize) -> anyhow::Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;
     let mut probe = redis::pipe();
-    probe.cmd("SET").arg("seatrush:replica-probe").arg(1).ignore().cmd("WAIT").arg(n).arg(50).cmd("DEL").arg("seatrush:replica-probe").ignore();
+    probe
+        .cmd("SET")
+        .arg("seatrush:replica-probe")
+        .arg(1)
+        .ignore()
+        .cmd("WAIT")
+        .arg(n)
+        .arg(50)
+        .cmd("DEL")
+        .arg("seatrush:replica-probe")
+        .ignore();
     loop {
         // With min-replicas-to-write set, the probe itself is refused until the replica counts.
-        let acked = match probe.query::<(usize,)>(&mut sync_connection(port)?).with_context(|| format!("redis on port {port}")) {
-            Ok((acked,)) => acked,
-            Err(e) if format!("{e:#}").contains("NOREPLICAS") => {
-                std::thread::sleep(POLL_INTERVAL);
-                0
-            }
-            Err(e) => return Err(e),
-        };
+        let acked =
+            match probe.query::<(usize,)>(&mut sync_connection(port)?).with_context(|| format!("redis on port {port}"))
+            {
+                Ok((acked,)) => acked,
+                Err(e) if format!("{e:#}").contains("NOREPLICAS") => {
+                    std::thread::sleep(POLL_INTERVAL);
+                    0
+                }
+                Err(e) => return Err(e),
+            };
         if acked >= n {
             return Ok(());
         }
@@ -242,13 +259,21 @@ impl RedisServer {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(status) = self.child.try_wait()? {
-                bail!("redis-server on port {} exited at start-up ({status}); its log:\n{}", self.port, self.log_tail());
+                bail!(
+                    "redis-server on port {} exited at start-up ({status}); its log:\n{}",
+                    self.port,
+                    self.log_tail()
+                );
             }
             if self.is_ready(replica) {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("redis-server on port {} not ready after {START_TIMEOUT:?}; its log:\n{}", self.port, self.log_tail());
+                bail!(
+                    "redis-server on port {} not ready after {START_TIMEOUT:?}; its log:\n{}",
+                    self.port,
+                    self.log_tail()
+                );
             }
             std::thread::sleep(POLL_INTERVAL);
         }
@@ -259,7 +284,9 @@ impl RedisServer {
         let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else { return false };
         let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut conn) else { return false };
         if replica {
-            let Ok(replication) = redis::cmd("INFO").arg("replication").query::<String>(&mut conn) else { return false };
+            let Ok(replication) = redis::cmd("INFO").arg("replication").query::<String>(&mut conn) else {
+                return false;
+            };
             return replication.contains("master_link_status:up");
         }
         info.contains("redis_version")

@@ -30,11 +30,17 @@ impl ScratchDb {
     /// A fresh database `{prefix}_{uuid}` on the server of `admin_url`.
     pub async fn postgres(admin_url: &str, prefix: &str) -> anyhow::Result<Self> {
         let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
-        let admin = sqlx::PgPool::connect(admin_url).await.with_context(|| format!("connecting to PostgreSQL at {admin_url}"))?;
+        let admin = sqlx::PgPool::connect(admin_url)
+            .await
+            .with_context(|| format!("connecting to PostgreSQL at {admin_url}"))?;
         sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await?;
         admin.close().await;
         let base = admin_url.rsplit_once('/').map_or(admin_url, |(base, _)| base);
-        Ok(Self { url: format!("{base}/{name}"), postgres: Some(Postgres { admin_url: admin_url.to_owned(), name }), _dir: None })
+        Ok(Self {
+            url: format!("{base}/{name}"),
+            postgres: Some(Postgres { admin_url: admin_url.to_owned(), name }),
+            _dir: None,
+        })
     }
 
     /// The PostgreSQL database's name (None for SQLite).

@@ -56,7 +56,10 @@ pub async fn redis_refusals(conn: &mut MultiplexedConnection, spec: &EventSpec) 
         }
         let beyond = records.slots_beyond(spec.total_seats);
         if beyond > 0 {
-            refusals.push(format!("{beyond} admissions in level {level} hold seat numbers above the new total_seats {}", spec.total_seats));
+            refusals.push(format!(
+                "{beyond} admissions in level {level} hold seat numbers above the new total_seats {}",
+                spec.total_seats
+            ));
         }
     }
     if admissions as i64 > spec.total_seats {

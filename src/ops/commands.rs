@@ -1,17 +1,17 @@
 //! The operator commands: `event apply`, `allowlist import`, `open`, `close`, `status`,
 //! `reconcile`, `serve`. Each returns an error with one clear line for the binary to print.
 
-use crate::ops::settings::{Connections, PersistTimeout, ServeSettings};
 use crate::domain::code::CodeHasher;
-use crate::ops::allowlist_file::parse_allowlist;
-use crate::sale::committer::AckPolicy;
 use crate::domain::event::{EventId, EventSpec};
 use crate::fault_hooks::FaultPlan;
 use crate::http::{self, App, AppState, Edge};
+use crate::ops::allowlist_file::parse_allowlist;
 use crate::ops::loader;
-use crate::sale::persister::PersistPolicy;
 use crate::ops::reconcile as recompute;
+use crate::ops::settings::{Connections, PersistTimeout, ServeSettings};
 use crate::redis_io::link::{require_noeviction, RedisLink};
+use crate::sale::committer::AckPolicy;
+use crate::sale::persister::PersistPolicy;
 use crate::sale::{Sale, SaleSettings};
 use crate::store::Store;
 use anyhow::{bail, Context};
@@ -67,7 +67,11 @@ pub async fn open(connections: &Connections, event: &str) -> anyhow::Result<()> 
         "opened {id}: {} codes on the allowlist, {} free seats{}",
         report.allowlist,
         report.free_seats,
-        if report.rebuilt { " (seats and counters built from the database)" } else { " (already loaded: allowlist, caps and window refreshed)" }
+        if report.rebuilt {
+            " (seats and counters built from the database)"
+        } else {
+            " (already loaded: allowlist, caps and window refreshed)"
+        }
     );
     if let Some((before, after)) = report.resized {
         println!("seat pool resized from {before} to {after} seats");
@@ -97,7 +101,10 @@ pub async fn status(connections: &Connections, event: &str, persist_timeout: &Pe
     let stored = store.event(&id).await?;
     let c = recompute::compare(&mut link.check().await?, &store, &id).await?;
     println!("event {id}: {} in the database, {} seats, {} free in Redis", stored.state, c.total_seats, c.redis_free);
-    println!("{:<12} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10}", "level", "cap", "redis taken", "db held", "db paid", "pending", "remaining");
+    println!(
+        "{:<12} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10}",
+        "level", "cap", "redis taken", "db held", "db paid", "pending", "remaining"
+    );
     for (level, l) in &c.levels {
         println!(
             "{:<12} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10}",
@@ -116,7 +123,10 @@ pub async fn status(connections: &Connections, event: &str, persist_timeout: &Pe
     let persist_timeout = Duration::from_millis(persist_timeout.persist_timeout_ms);
     let stuck = recompute::unsettled(&mut link.check().await?, &stored, persist_timeout).await?;
     if !stuck.is_empty() {
-        println!("{} pending admissions are older than the persist timeout and not yet settled by a reaper:", stuck.len());
+        println!(
+            "{} pending admissions are older than the persist timeout and not yet settled by a reaper:",
+            stuck.len()
+        );
         for why in stuck.iter().take(UNSETTLED_SHOWN_MAX) {
             println!("  {why}");
         }
@@ -174,13 +184,21 @@ pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> a
     if sale.settings.allowlist_in_memory {
         sale.allowlist.warm(&sale.catalog).await?;
     }
-    Ok(AppState::new(App { sale: Arc::new(sale), hasher: CodeHasher::from_env(), operator_token: settings.operator_token.clone(), in_flight_max: settings.in_flight_max, edge: Edge::new(settings.edge()) }))
+    Ok(AppState::new(App {
+        sale: Arc::new(sale),
+        hasher: CodeHasher::from_env(),
+        operator_token: settings.operator_token.clone(),
+        in_flight_max: settings.in_flight_max,
+        edge: Edge::new(settings.edge()),
+    }))
 }
 
 /// Serves HTTP and runs the reaper until ctrl-c or SIGTERM.
 pub async fn serve(connections: &Connections, settings: &ServeSettings) -> anyhow::Result<()> {
     let app = build_app(connections, settings).await?;
-    let listener = tokio::net::TcpListener::bind(&settings.listen).await.with_context(|| format!("cannot listen on {}", settings.listen))?;
+    let listener = tokio::net::TcpListener::bind(&settings.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.listen))?;
     tracing::info!(listen = %listener.local_addr()?, "seatrush serving");
     run_until_shutdown(app, listener).await
 }
@@ -207,7 +225,12 @@ pub enum Reaper {
 /// Serves HTTP, with the reaper beside it, until `stop` is cancelled; then finishes the requests
 /// in flight and the reaper's pass. `serve`, the demo, the bench and the tests all serve through
 /// this one function.
-pub async fn serve_until(app: AppState, listener: tokio::net::TcpListener, stop: CancellationToken, reaper: Reaper) -> anyhow::Result<()> {
+pub async fn serve_until(
+    app: AppState,
+    listener: tokio::net::TcpListener,
+    stop: CancellationToken,
+    reaper: Reaper,
+) -> anyhow::Result<()> {
     let reaper = (reaper == Reaper::Run).then(|| {
         let sale = app.sale.clone();
         let stop = stop.clone();

@@ -118,7 +118,12 @@ pub async fn open_event(conn: &mut MultiplexedConnection, store: &Store, id: &Ev
     opened
 }
 
-async fn open_locked(conn: &mut MultiplexedConnection, store: &Store, id: &EventId, lock: &OperatorLock) -> anyhow::Result<OpenReport> {
+async fn open_locked(
+    conn: &mut MultiplexedConnection,
+    store: &Store,
+    id: &EventId,
+    lock: &OperatorLock,
+) -> anyhow::Result<OpenReport> {
     let min_replicas = config_get(conn, "min-replicas-to-write").await?.unwrap_or_default();
     let min_replicas_warning = (min_replicas.parse::<i64>().unwrap_or(0) < 1).then(|| {
         format!(
@@ -148,7 +153,14 @@ async fn open_locked(conn: &mut MultiplexedConnection, store: &Store, id: &Event
     redis::cmd("SADD").arg(EVENTS_KEY).arg(id.as_str()).query_async::<()>(conn).await?;
     store.set_event_state(id, "open").await?;
     let free_seats: i64 = redis::cmd("ZCARD").arg(&keys.free).query_async(conn).await?;
-    Ok(OpenReport { allowlist, free_seats, rebuilt: loaded == Loaded::No, resized, min_replicas_warning, persistence_warning })
+    Ok(OpenReport {
+        allowlist,
+        free_seats,
+        rebuilt: loaded == Loaded::No,
+        resized,
+        min_replicas_warning,
+        persistence_warning,
+    })
 }
 
 async fn read_loaded(conn: &mut MultiplexedConnection, keys: &EventKeys) -> anyhow::Result<Loaded> {
@@ -171,7 +183,11 @@ async fn read_loaded(conn: &mut MultiplexedConnection, keys: &EventKeys) -> anyh
 }
 
 /// Refuses to shrink the seat pool below a seat number an admission in Redis still holds.
-async fn require_records_fit(conn: &mut MultiplexedConnection, keys: &EventKeys, total_seats: i64) -> anyhow::Result<()> {
+async fn require_records_fit(
+    conn: &mut MultiplexedConnection,
+    keys: &EventKeys,
+    total_seats: i64,
+) -> anyhow::Result<()> {
     let beyond = records_by_level(conn, keys).await?.values().map(|l| l.slots_beyond(total_seats)).sum::<usize>();
     if beyond > 0 {
         bail!(
@@ -196,11 +212,16 @@ impl LevelRecords {
 }
 
 /// Every admission record of the event, by level. Reads the whole hash: an operator command's cost.
-pub async fn records_by_level(conn: &mut MultiplexedConnection, keys: &EventKeys) -> anyhow::Result<BTreeMap<String, LevelRecords>> {
+pub async fn records_by_level(
+    conn: &mut MultiplexedConnection,
+    keys: &EventKeys,
+) -> anyhow::Result<BTreeMap<String, LevelRecords>> {
     let records: BTreeMap<String, String> = redis::cmd("HGETALL").arg(&keys.adm).query_async(conn).await?;
     let mut by_level: BTreeMap<String, LevelRecords> = BTreeMap::new();
     for (code, record) in &records {
-        let Some(adm) = CodeHash::from_hex(code).and_then(|hash| Admission::from_record(hash, record)) else { continue };
+        let Some(adm) = CodeHash::from_hex(code).and_then(|hash| Admission::from_record(hash, record)) else {
+            continue;
+        };
         let level = by_level.entry(adm.level.clone()).or_default();
         level.count += 1;
         level.slots.push(adm.slot);
@@ -235,7 +256,12 @@ async fn stage_and_switch(
     Ok(allowlist)
 }
 
-async fn stage_allowlist(conn: &mut MultiplexedConnection, store: &Store, id: &EventId, staged: &str) -> anyhow::Result<i64> {
+async fn stage_allowlist(
+    conn: &mut MultiplexedConnection,
+    store: &Store,
+    id: &EventId,
+    staged: &str,
+) -> anyhow::Result<i64> {
     let mut after = String::new();
     let mut count = 0i64;
     let mut stager = Stager::new(conn);
@@ -257,7 +283,12 @@ async fn stage_allowlist(conn: &mut MultiplexedConnection, store: &Store, id: &E
 }
 
 /// The seat pool, counters and records, from the database's held and paid rows.
-async fn stage_seats(conn: &mut MultiplexedConnection, event: &StoredEvent, staged: &Staged, holders: &[BookingRow]) -> anyhow::Result<()> {
+async fn stage_seats(
+    conn: &mut MultiplexedConnection,
+    event: &StoredEvent,
+    staged: &Staged,
+    holders: &[BookingRow],
+) -> anyhow::Result<()> {
     let held: std::collections::HashSet<i64> = holders.iter().map(|r| r.slot).collect();
     let free: Vec<i64> = (1..=event.spec.total_seats).filter(|s| !held.contains(s)).collect();
     let mut stager = Stager::new(conn);
@@ -281,7 +312,8 @@ async fn stage_seats(conn: &mut MultiplexedConnection, event: &StoredEvent, stag
         let mut adm = redis::cmd("HSET");
         adm.arg(&staged.adm);
         for r in chunk {
-            adm.arg(r.code.as_str()).arg(format!("{} {} {} {} {}", r.nonce, r.admission_id, r.slot, r.level, r.admitted_ms));
+            adm.arg(r.code.as_str())
+                .arg(format!("{} {} {} {} {}", r.nonce, r.admission_id, r.slot, r.level, r.admitted_ms));
         }
         adm.query_async::<()>(conn).await?;
     }
@@ -289,8 +321,14 @@ async fn stage_seats(conn: &mut MultiplexedConnection, event: &StoredEvent, stag
 }
 
 /// The staged seat pool and records, counted before anything goes live.
-async fn check_staged_seats(conn: &mut MultiplexedConnection, event: &StoredEvent, staged: &Staged, holders: &[BookingRow]) -> anyhow::Result<()> {
-    let held: std::collections::HashSet<i64> = holders.iter().map(|r| r.slot).filter(|s| (1..=event.spec.total_seats).contains(s)).collect();
+async fn check_staged_seats(
+    conn: &mut MultiplexedConnection,
+    event: &StoredEvent,
+    staged: &Staged,
+    holders: &[BookingRow],
+) -> anyhow::Result<()> {
+    let held: std::collections::HashSet<i64> =
+        holders.iter().map(|r| r.slot).filter(|s| (1..=event.spec.total_seats).contains(s)).collect();
     let expected_free = event.spec.total_seats - held.len() as i64;
     let (free, records): (i64, i64) = redis::pipe().zcard(&staged.free).hlen(&staged.adm).query_async(conn).await?;
     if free != expected_free || records != holders.len() as i64 {
@@ -304,7 +342,14 @@ async fn check_staged_seats(conn: &mut MultiplexedConnection, event: &StoredEven
 }
 
 /// The atomic switch (`lua/switch.lua`).
-async fn switch(conn: &mut MultiplexedConnection, event: &StoredEvent, keys: &EventKeys, staged: &Staged, loaded: &Loaded, lock: &OperatorLock) -> anyhow::Result<()> {
+async fn switch(
+    conn: &mut MultiplexedConnection,
+    event: &StoredEvent,
+    keys: &EventKeys,
+    staged: &Staged,
+    loaded: &Loaded,
+    lock: &OperatorLock,
+) -> anyhow::Result<()> {
     let spec = &event.spec;
     let (mode, generation, read_total) = match loaded {
         Loaded::No => ("rebuild", String::new(), 0),
@@ -312,7 +357,13 @@ async fn switch(conn: &mut MultiplexedConnection, event: &StoredEvent, keys: &Ev
     };
     let script = redis::Script::new(include_str!("../../lua/switch.lua"));
     let mut call = script.prepare_invoke();
-    call.key(&keys.meta).key(&keys.lock).key(&keys.cap).key(&keys.allow).key(&staged.allow).key(&keys.free).key(&staged.free);
+    call.key(&keys.meta)
+        .key(&keys.lock)
+        .key(&keys.cap)
+        .key(&keys.allow)
+        .key(&staged.allow)
+        .key(&keys.free)
+        .key(&staged.free);
     call.key(&keys.taken).key(&staged.taken).key(&keys.adm).key(&staged.adm).key(&keys.pending);
     call.arg(lock.owner()).arg(mode).arg(generation).arg(read_total).arg(spec.total_seats).arg(spec.hold_seconds);
     call.arg(spec.opens_at_ms.map(|o| o.to_string()).unwrap_or_default());
@@ -341,12 +392,17 @@ pub enum CloseOutcome {
 }
 
 /// `close`: the request path answers `closed` from the next catalog refresh on.
-pub async fn close_event(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<CloseOutcome> {
+pub async fn close_event(
+    conn: &mut MultiplexedConnection,
+    store: &Store,
+    id: &EventId,
+) -> anyhow::Result<CloseOutcome> {
     let stored = store.event(id).await?;
     let lock = OperatorLock::acquire(conn, id, "close").await?;
     let keys = EventKeys::new(id);
     let script = redis::Script::new(include_str!("../../lua/close.lua"));
-    let closed: redis::RedisResult<i64> = script.key(&keys.meta).key(&keys.lock).arg(lock.owner()).invoke_async(conn).await;
+    let closed: redis::RedisResult<i64> =
+        script.key(&keys.meta).key(&keys.lock).arg(lock.owner()).invoke_async(conn).await;
     let outcome = match closed {
         Ok(1) => {
             store.set_event_state(id, "closed").await?;

@@ -8,13 +8,13 @@
 //! under WATCH after it, and a comparison during which Redis changed is taken again, so a busy
 //! sale does not show drift that is not there. `--repair` holds the event's operator lock.
 
+use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
 use crate::redis_io::keys::EventKeys;
-use crate::redis_io::snapshot::RedisSide;
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::oplock::OperatorLock;
-use crate::domain::admission::Admission;
+use crate::redis_io::snapshot::RedisSide;
 use crate::store::{BookingRow, LevelCounts, Store, StoredEvent};
 use anyhow::{bail, Context};
 use redis::aio::MultiplexedConnection;
@@ -93,10 +93,14 @@ impl Comparison {
             ));
         }
         if self.missing_records > 0 {
-            found.push(format!("{} database bookings have no matching admission record in Redis", self.missing_records));
+            found
+                .push(format!("{} database bookings have no matching admission record in Redis", self.missing_records));
         }
         if self.orphan_records > 0 {
-            found.push(format!("{} admission records in Redis are neither in the database nor pending", self.orphan_records));
+            found.push(format!(
+                "{} admission records in Redis are neither in the database nor pending",
+                self.orphan_records
+            ));
         }
         found.extend(self.db_counter_drift.iter().cloned());
         found
@@ -113,10 +117,15 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
     let mut counts: BTreeMap<String, LevelCounts> = BTreeMap::new();
     for r in &holders {
         let entry = counts.entry(r.level.clone()).or_default();
-        if r.state == "paid" { entry.paid += 1 } else { entry.held += 1 }
+        if r.state == "paid" {
+            entry.paid += 1
+        } else {
+            entry.held += 1
+        }
     }
 
-    let redis_total_seats: Option<i64> = redis::cmd("HGET").arg(&keys.meta).arg("total_seats").query_async(conn).await?;
+    let redis_total_seats: Option<i64> =
+        redis::cmd("HGET").arg(&keys.meta).arg("total_seats").query_async(conn).await?;
     let RedisSide { taken, free, records, pending } = RedisSide::read(conn, &keys).await?;
 
     let in_db: HashMap<&str, &BookingRow> = holders.iter().map(|r| (r.code.as_str(), r)).collect();
@@ -171,7 +180,8 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
     for (level, l) in &c.levels {
         let counter = db_level_taken.get(level).copied().unwrap_or(0);
         if counter != l.db_held + l.db_paid {
-            c.db_counter_drift.push(format!("database: levels.taken of {level} is {counter}, rows say {}", l.db_held + l.db_paid));
+            c.db_counter_drift
+                .push(format!("database: levels.taken of {level} is {counter}, rows say {}", l.db_held + l.db_paid));
         }
     }
     Ok(c)
@@ -275,11 +285,16 @@ fn repair_transaction(keys: &EventKeys, c: &Comparison) -> redis::Pipeline {
 
 /// Pending admissions older than `persist_timeout` (by Redis's clock), each with why a reaper may
 /// not be able to settle it: what `status` shows next to the reaper's `skipped` counter.
-pub async fn unsettled(conn: &mut MultiplexedConnection, event: &StoredEvent, persist_timeout: Duration) -> anyhow::Result<Vec<String>> {
+pub async fn unsettled(
+    conn: &mut MultiplexedConnection,
+    event: &StoredEvent,
+    persist_timeout: Duration,
+) -> anyhow::Result<Vec<String>> {
     let keys = EventKeys::new(&event.spec.id);
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
     let cutoff_ms = secs * 1000 + micros / 1000 - persist_timeout.as_millis() as i64;
-    let codes: Vec<String> = redis::cmd("ZRANGEBYSCORE").arg(&keys.pending).arg("-inf").arg(cutoff_ms).query_async(conn).await?;
+    let codes: Vec<String> =
+        redis::cmd("ZRANGEBYSCORE").arg(&keys.pending).arg("-inf").arg(cutoff_ms).query_async(conn).await?;
     let mut found = Vec::with_capacity(codes.len());
     for code in codes {
         let record: Option<String> = redis::cmd("HGET").arg(&keys.adm).arg(&code).query_async(conn).await?;

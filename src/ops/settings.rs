@@ -88,7 +88,10 @@ pub struct ServeSettings {
 impl ServeSettings {
     /// The HTTP edge's part of the settings.
     pub fn edge(&self) -> crate::http::EdgeSettings {
-        crate::http::EdgeSettings { refusal_rate_per_minute: self.refusal_rate_per_minute, trusted_proxies: self.trusted_proxies.clone() }
+        crate::http::EdgeSettings {
+            refusal_rate_per_minute: self.refusal_rate_per_minute,
+            trusted_proxies: self.trusted_proxies.clone(),
+        }
     }
 
     /// What `serve` runs with when given no flags: the defaults, with any `SEATRUSH_*` twin set in

@@ -60,7 +60,17 @@ mod tests {
     #[test]
     fn every_key_shares_the_event_hash_tag() {
         let keys = EventKeys::new(&EventId::parse("spring-exam").unwrap());
-        for key in [&keys.meta, &keys.allow, &keys.cap, &keys.taken, &keys.free, &keys.adm, &keys.pending, &keys.syncs, &keys.lock] {
+        for key in [
+            &keys.meta,
+            &keys.allow,
+            &keys.cap,
+            &keys.taken,
+            &keys.free,
+            &keys.adm,
+            &keys.pending,
+            &keys.syncs,
+            &keys.lock,
+        ] {
             assert!(key.starts_with("{ev:spring-exam}:"), "{key}");
         }
         assert!(EventKeys::staged(&keys.allow, "r1").starts_with("{ev:spring-exam}:"));

@@ -46,7 +46,8 @@ impl RedisLink {
                 return Err(bad());
             }
             let sentinels: Vec<String> = hosts.split(',').map(|h| format!("redis://{h}")).collect();
-            let client = SentinelClient::build(sentinels, master.to_owned(), None, SentinelServerType::Master).map_err(|_| bad())?;
+            let client = SentinelClient::build(sentinels, master.to_owned(), None, SentinelServerType::Master)
+                .map_err(|_| bad())?;
             Target::Sentinel(Mutex::new(client))
         } else if url.starts_with("redis://") || url.starts_with("unix://") {
             Target::Direct(Client::open(url).map_err(|_| bad())?)

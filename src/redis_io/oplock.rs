@@ -103,7 +103,8 @@ async fn renew(mut conn: MultiplexedConnection, key: String, owner: String, lost
     tick.tick().await;
     loop {
         tick.tick().await;
-        let renewed = renew_script().key(&key).arg(&owner).arg(LOCK_TTL.as_millis() as u64).invoke_async::<i64>(&mut conn).await;
+        let renewed =
+            renew_script().key(&key).arg(&owner).arg(LOCK_TTL.as_millis() as u64).invoke_async::<i64>(&mut conn).await;
         match renewed {
             Ok(1) => {}
             Ok(_) => {
@@ -120,7 +121,8 @@ async fn renew(mut conn: MultiplexedConnection, key: String, owner: String, lost
 /// to find the other command; unique per run, so only this run's scripts match it.
 fn owner_name(command: &str) -> String {
     let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
-    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "unknown-host".into());
+    let host =
+        std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "unknown-host".into());
     let at = crate::domain::event::rfc3339_ms(crate::domain::event::now_ms());
     let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
     format!("{command} by {user}@{host} pid {} at {at} run {run}", std::process::id())

@@ -4,8 +4,8 @@
 
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
-use crate::redis_io::keys::EventKeys;
 use crate::domain::nonce::Nonce;
+use crate::redis_io::keys::EventKeys;
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 /// One script: its source and SHA-1.
@@ -84,7 +84,14 @@ impl Scripts {
 
     /// The admit call for a request a gate refuses: it answers only a retry of this nonce's
     /// admission (check 1), and -4 for anything else.
-    pub fn retry_only_call(&self, keys: &EventKeys, code: &CodeHash, nonce: &Nonce, level: &str, admission: &str) -> Cmd {
+    pub fn retry_only_call(
+        &self,
+        keys: &EventKeys,
+        code: &CodeHash,
+        nonce: &Nonce,
+        level: &str,
+        admission: &str,
+    ) -> Cmd {
         self.admit_batch_call(keys, [AdmitArgs { code, nonce, level, admission, retry_only: true }])
     }
 
@@ -93,7 +100,15 @@ impl Scripts {
     pub fn admit_batch_call<'a>(&self, keys: &EventKeys, attempts: impl IntoIterator<Item = AdmitArgs<'a>>) -> Cmd {
         let args: Vec<&str> = attempts
             .into_iter()
-            .flat_map(|a| [a.code.as_str(), a.nonce.as_str(), a.level, a.admission, if a.retry_only { "retry-only" } else { "admit" }])
+            .flat_map(|a| {
+                [
+                    a.code.as_str(),
+                    a.nonce.as_str(),
+                    a.level,
+                    a.admission,
+                    if a.retry_only { "retry-only" } else { "admit" },
+                ]
+            })
             .collect();
         self.admit.call(&[&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending], &args)
     }
@@ -294,7 +309,12 @@ mod tests {
         ]);
         assert_eq!(
             AdmitReply::decode(admitted).unwrap(),
-            AdmitReply::Admitted { slot: 7, admitted_ms: 1_800_000_000_000, admission: "abc".into(), level: "B1".into() }
+            AdmitReply::Admitted {
+                slot: 7,
+                admitted_ms: 1_800_000_000_000,
+                admission: "abc".into(),
+                level: "B1".into()
+            }
         );
     }
 

@@ -106,7 +106,13 @@ impl Sale {
         }
     }
 
-    async fn script_refusal(&self, view: &EventView, code: &CodeHash, refused: ScriptRefusal, gate: Option<Refusal>) -> Refusal {
+    async fn script_refusal(
+        &self,
+        view: &EventView,
+        code: &CodeHash,
+        refused: ScriptRefusal,
+        gate: Option<Refusal>,
+    ) -> Refusal {
         match refused {
             ScriptRefusal::AlreadyAdmitted => Refusal::AlreadyAdmitted(self.current_seat(view, code).await),
             ScriptRefusal::LevelFull => Refusal::LevelFull,
@@ -180,7 +186,11 @@ impl Sale {
     /// Bounded by the persist deadline, so a stalled database never holds the answer: a settle cut
     /// short leaves at most a claimed row or a pending entry, both of which the reaper finishes.
     async fn settle_or_leave(&self, view: &EventView, admission: &Admission, seat_held: bool) {
-        let settled = tokio::time::timeout(self.settings.persist_deadline, self.settle(&view.id, &view.keys, admission, seat_held)).await;
+        let settled = tokio::time::timeout(
+            self.settings.persist_deadline,
+            self.settle(&view.id, &view.keys, admission, seat_held),
+        )
+        .await;
         match settled {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::debug!(event = %view.id, error = %e, "admission left pending for the reaper"),

@@ -9,11 +9,11 @@
 //! set. The copy comes from Redis, never from the database, so there is still no database
 //! fallback during the sale.
 
-use crate::sale::catalog::{Catalog, EventView};
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
 use crate::redis_io::keys::EVENTS_KEY;
 use crate::redis_io::link::RedisLink;
+use crate::sale::catalog::{Catalog, EventView};
 use redis::{RedisError, RedisResult};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -123,21 +123,30 @@ impl AllowCache {
     async fn load(&self, view: &EventView) -> RedisResult<Arc<AllowSet>> {
         let mut conn = self.link.shared().await?;
         for _ in 0..LOAD_ATTEMPTS_MAX {
-            let before: Option<String> = redis::cmd("HGET").arg(&view.keys.meta).arg("allow_version").query_async(&mut conn).await?;
+            let before: Option<String> =
+                redis::cmd("HGET").arg(&view.keys.meta).arg("allow_version").query_async(&mut conn).await?;
             // Decoded page by page: a million hex Strings at once would double the peak footprint.
             let mut members: Vec<[u8; 32]> = Vec::new();
             let mut cursor: u64 = 0;
             for _ in 0..SCAN_CALLS_MAX {
-                let (next, page): (u64, Vec<String>) =
-                    redis::cmd("SSCAN").arg(&view.keys.allow).arg(cursor).arg("COUNT").arg(SCAN_COUNT).query_async(&mut conn).await?;
+                let (next, page): (u64, Vec<String>) = redis::cmd("SSCAN")
+                    .arg(&view.keys.allow)
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT)
+                    .query_async(&mut conn)
+                    .await?;
                 members.extend(page.iter().filter_map(|h| decode(h)));
                 cursor = next;
                 if cursor == 0 {
                     break;
                 }
             }
-            let (after, count): (Option<String>, usize) =
-                redis::pipe().hget(&view.keys.meta, "allow_version").scard(&view.keys.allow).query_async(&mut conn).await?;
+            let (after, count): (Option<String>, usize) = redis::pipe()
+                .hget(&view.keys.meta, "allow_version")
+                .scard(&view.keys.allow)
+                .query_async(&mut conn)
+                .await?;
             let Some(version) = after.filter(|a| Some(a) == before.as_ref()) else { continue };
             let set = AllowSet::from_binary(version, members);
             if cursor == 0 && set.len() == count {
@@ -191,11 +200,20 @@ mod tests {
         let mut binary: Vec<[u8; 32]> = members.iter().filter_map(|h| decode(h.as_str())).collect();
         // The first and last prefixes, and one prefix crowded with neighbours.
         binary.extend([[0u8; 32], [0xff; 32], [0x12; 32]]);
-        binary.extend((0..50u8).map(|i| { let mut h = [0x12; 32]; h[31] = i; h }));
+        binary.extend((0..50u8).map(|i| {
+            let mut h = [0x12; 32];
+            h[31] = i;
+            h
+        }));
         let set = AllowSet::from_binary("v".into(), binary.clone());
         let whole: std::collections::BTreeSet<[u8; 32]> = binary.into_iter().collect();
         for h in whole.iter().chain(strangers.iter().filter_map(|c| decode(c.as_str())).collect::<Vec<_>>().iter()) {
-            assert_eq!(set.contains(&CodeHash::from_hex(&hex::encode(h)).unwrap()), whole.contains(h), "{}", hex::encode(h));
+            assert_eq!(
+                set.contains(&CodeHash::from_hex(&hex::encode(h)).unwrap()),
+                whole.contains(h),
+                "{}",
+                hex::encode(h)
+            );
         }
         let mut near = [0x12; 32];
         near[31] = 200;

@@ -88,7 +88,11 @@ type Cached = (Option<Arc<EventView>>, Instant);
 
 impl Catalog {
     pub fn new(link: Arc<RedisLink>) -> Self {
-        Self { link, cache: RwLock::new(HashMap::new()), loaded: Mutex::new(LoadedIds { ids: Arc::new(HashSet::new()), read_at: None }) }
+        Self {
+            link,
+            cache: RwLock::new(HashMap::new()),
+            loaded: Mutex::new(LoadedIds { ids: Arc::new(HashSet::new()), read_at: None }),
+        }
     }
 
     /// The event as `open` loaded it, or None if it was never opened.
@@ -98,7 +102,8 @@ impl Catalog {
                 return Ok(view.clone());
             }
         }
-        let view = if self.loaded_ids().await?.contains(id.as_str()) { self.fetch(id).await?.map(Arc::new) } else { None };
+        let view =
+            if self.loaded_ids().await?.contains(id.as_str()) { self.fetch(id).await?.map(Arc::new) } else { None };
         let mut cache = self.cache.write().await;
         let known = cache.get(id).is_some_and(|(v, _)| v.is_some());
         if view.is_none() && known {
@@ -181,7 +186,12 @@ pub async fn is_loaded(conn: &mut redis::aio::MultiplexedConnection, keys: &Even
     redis::cmd("EXISTS").arg(&keys.meta).query_async(conn).await
 }
 
-fn view_from(id: &EventId, keys: EventKeys, meta: &HashMap<String, String>, caps: HashMap<String, i64>) -> Option<EventView> {
+fn view_from(
+    id: &EventId,
+    keys: EventKeys,
+    meta: &HashMap<String, String>,
+    caps: HashMap<String, i64>,
+) -> Option<EventView> {
     let int = |name: &str| meta.get(name).and_then(|v| v.parse::<i64>().ok());
     Some(EventView {
         id: id.clone(),

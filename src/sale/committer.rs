@@ -13,13 +13,15 @@
 //! No request waits behind another's `WAIT` on a shared connection: while one committer waits,
 //! the next one gathers the next batch on a connection of its own.
 
+use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
+use crate::domain::nonce::Nonce;
 use crate::fault_hooks::{BrokenGuard, CrashPoint, FaultPlan};
 use crate::redis_io::keys::EventKeys;
-use crate::domain::nonce::Nonce;
 use crate::redis_io::link::{is_no_replicas, needs_reconnect, RedisLink};
-use crate::domain::admission::Admission;
-use crate::redis_io::scripts::{admit_replies, decode_attempt, is_noscript, AdmitArgs, AdmitReply, ReplyError, Scripts};
+use crate::redis_io::scripts::{
+    admit_replies, decode_attempt, is_noscript, AdmitArgs, AdmitReply, ReplyError, Scripts,
+};
 use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Value};
 use std::sync::Arc;
@@ -103,7 +105,13 @@ pub struct Committer {
 
 impl Committer {
     /// Starts `connections` committer tasks; they stop when every `Committer` clone is dropped.
-    pub fn start(link: Arc<RedisLink>, scripts: Arc<Scripts>, policy: AckPolicy, connections: usize, crash: FaultPlan) -> Self {
+    pub fn start(
+        link: Arc<RedisLink>,
+        scripts: Arc<Scripts>,
+        policy: AckPolicy,
+        connections: usize,
+        crash: FaultPlan,
+    ) -> Self {
         Self::start_batched(link, scripts, policy, connections, BATCH_SIZE_MAX, crash)
     }
 
@@ -120,7 +128,15 @@ impl Committer {
         let receiver = Arc::new(Mutex::new(receiver));
         let batch_size_max = batch_size_max.clamp(1, BATCH_SIZE_MAX);
         for _ in 0..connections.max(1) {
-            let worker = Worker { link: link.clone(), scripts: scripts.clone(), policy, batch_size_max, crash: crash.clone(), conn: None, wait_follows: true };
+            let worker = Worker {
+                link: link.clone(),
+                scripts: scripts.clone(),
+                policy,
+                batch_size_max,
+                crash: crash.clone(),
+                conn: None,
+                wait_follows: true,
+            };
             tokio::spawn(worker.run(receiver.clone()));
         }
         Self { queue }
@@ -211,14 +227,25 @@ impl Worker {
         }
         let acked = if admitted { acked } else { Ok(true) };
         if let Ok(false) = acked {
-            tracing::warn!(wanted = self.policy.replicas, batch = batch.len(), "replica acknowledgement fell short; the callers settle their admissions");
+            tracing::warn!(
+                wanted = self.policy.replicas,
+                batch = batch.len(),
+                "replica acknowledgement fell short; the callers settle their admissions"
+            );
         }
         batch
             .iter()
             .zip(replies)
             .map(|(job, reply)| match (reply?, &acked) {
                 (AdmitReply::Admitted { slot, admitted_ms, admission, level }, acked) => {
-                    let admission = Admission { code: job.call.code.clone(), nonce: job.call.nonce.clone(), id: admission, slot, level, admitted_ms };
+                    let admission = Admission {
+                        code: job.call.code.clone(),
+                        nonce: job.call.nonce.clone(),
+                        id: admission,
+                        slot,
+                        level,
+                        admitted_ms,
+                    };
                     match acked {
                         Ok(true) => Ok(Committed::Acked(admission)),
                         Ok(false) => Ok(Committed::Short(admission)),
@@ -281,11 +308,16 @@ impl Worker {
     /// (one round trip for both); script-cache misses are loaded and those calls run again once.
     /// The second value is the piggybacked WAIT's verdict: none when it was not sent, or when a
     /// rerun wrote after it and it no longer covers the round.
-    async fn admit_all(&mut self, batch: &[Job], wait: bool) -> Result<(Vec<Result<AdmitReply, RedisError>>, Option<Result<bool, RedisError>>), RedisError> {
+    async fn admit_all(
+        &mut self,
+        batch: &[Job],
+        wait: bool,
+    ) -> Result<(Vec<Result<AdmitReply, RedisError>>, Option<Result<bool, RedisError>>), RedisError> {
         let calls: Vec<&AdmitCall> = batch.iter().map(|j| &j.call).collect();
         let (values, waited) = self.pipeline(&calls, wait).await?;
         let mut replies: Vec<Result<AdmitReply, RedisError>> = values.into_iter().map(decode_attempt).collect();
-        let missed: Vec<usize> = (0..replies.len()).filter(|&i| matches!(&replies[i], Err(e) if is_noscript(e))).collect();
+        let missed: Vec<usize> =
+            (0..replies.len()).filter(|&i| matches!(&replies[i], Err(e) if is_noscript(e))).collect();
         if missed.is_empty() {
             let acked = waited.map(|reply| self.acked(reply));
             return Ok((replies, acked));
@@ -305,7 +337,11 @@ impl Worker {
     /// most of the primary's work (issue 10). The script decides each attempt as a call of its
     /// own would have.
     #[allow(clippy::type_complexity)]
-    async fn pipeline(&mut self, calls: &[&AdmitCall], wait: bool) -> Result<(Vec<Result<Value, ReplyError>>, Option<Result<i64, RedisError>>), RedisError> {
+    async fn pipeline(
+        &mut self,
+        calls: &[&AdmitCall],
+        wait: bool,
+    ) -> Result<(Vec<Result<Value, ReplyError>>, Option<Result<i64, RedisError>>), RedisError> {
         let groups = by_event(calls);
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -318,7 +354,9 @@ impl Worker {
         }
         let mut values: Vec<Value> = pipe.query_async(self.connection().await?).await?;
         let waited = wait.then(|| match values.pop() {
-            Some(value) => value.extract_error().and_then(|v| redis::from_redis_value::<i64>(v).map_err(RedisError::from)),
+            Some(value) => {
+                value.extract_error().and_then(|v| redis::from_redis_value::<i64>(v).map_err(RedisError::from))
+            }
             None => Err(RedisError::from((redis::ErrorKind::Parse, "pipeline lost its WAIT reply"))),
         });
         let mut replies: Vec<Option<Result<Value, ReplyError>>> = vec![None; calls.len()];
@@ -340,5 +378,11 @@ fn by_event(calls: &[&AdmitCall]) -> Vec<Vec<usize>> {
 }
 
 fn admit_args(call: &AdmitCall) -> AdmitArgs<'_> {
-    AdmitArgs { code: &call.code, nonce: &call.nonce, level: &call.level, admission: &call.admission_id, retry_only: call.retry_only }
+    AdmitArgs {
+        code: &call.code,
+        nonce: &call.nonce,
+        level: &call.level,
+        admission: &call.admission_id,
+        retry_only: call.retry_only,
+    }
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 /// Upper bounds of the buckets, in microseconds. They span a fast in-memory refusal (sub-ms) to
 /// a request that waited out the replica acknowledgement and a slow database (seconds).
-pub const BUCKET_BOUNDS_MICROS: [u64; 12] = [1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000];
+pub const BUCKET_BOUNDS_MICROS: [u64; 12] =
+    [1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000];
 
 /// Counts per bucket (not cumulative; the exposition adds them up), the sum and the count.
 #[derive(Debug, Default)]
@@ -30,7 +31,8 @@ pub struct HistogramSnapshot {
 impl LatencyHistogram {
     pub fn observe(&self, elapsed: Duration) {
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        let index = BUCKET_BOUNDS_MICROS.iter().position(|bound| micros <= *bound).unwrap_or(BUCKET_BOUNDS_MICROS.len());
+        let index =
+            BUCKET_BOUNDS_MICROS.iter().position(|bound| micros <= *bound).unwrap_or(BUCKET_BOUNDS_MICROS.len());
         self.buckets[index].fetch_add(1, Ordering::Relaxed);
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
@@ -48,7 +50,11 @@ impl LatencyHistogram {
             .collect();
         // `count` is read last and may trail the buckets by a request in flight; Prometheus
         // tolerates that, and `+Inf` is what it uses as the total anyway.
-        HistogramSnapshot { cumulative, sum_micros: self.sum_micros.load(Ordering::Relaxed), count: self.count.load(Ordering::Relaxed) }
+        HistogramSnapshot {
+            cumulative,
+            sum_micros: self.sum_micros.load(Ordering::Relaxed),
+            count: self.count.load(Ordering::Relaxed),
+        }
     }
 }
 

@@ -130,7 +130,8 @@ impl Sale {
             if !crate::sale::catalog::is_loaded(conn, &keys).await? {
                 continue;
             }
-            let reply = scripts::run(conn, &self.scripts.release, &self.scripts.release_call(&keys, &admission)).await?;
+            let reply =
+                scripts::run(conn, &self.scripts.release, &self.scripts.release_call(&keys, &admission)).await?;
             match decode_changed(reply) {
                 Ok(_) => ran.push(entry),
                 Err(e) => tracing::error!(%event, error = %e, "release script answered unexpectedly"),
@@ -139,9 +140,14 @@ impl Sale {
         let ack = self.settings.ack;
         let skip_wait = self.crash.broken_guard == Some(crate::fault_hooks::BrokenGuard::SkipWait);
         if ack.replicas > 0 && !skip_wait && !ran.is_empty() {
-            let acked: i64 = redis::cmd("WAIT").arg(ack.replicas).arg(ack.timeout.as_millis() as u64).query_async(conn).await?;
+            let acked: i64 =
+                redis::cmd("WAIT").arg(ack.replicas).arg(ack.timeout.as_millis() as u64).query_async(conn).await?;
             if acked < i64::from(ack.replicas) {
-                tracing::warn!(acked, releases = ran.len(), "replica acknowledgement of releases fell short; they stay unsynced");
+                tracing::warn!(
+                    acked,
+                    releases = ran.len(),
+                    "replica acknowledgement of releases fell short; they stay unsynced"
+                );
                 return Ok(Vec::new());
             }
         }

@@ -17,8 +17,8 @@ use crate::redis_io::scripts::{is_noscript, Scripts};
 use crate::sale::stats::Stats;
 use crate::store::{HoldItem, HoldOutcome, PostgresBatchWriter, SqliteBatchWriter, Store, StoreError, Written};
 use redis::Value;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
@@ -46,7 +46,11 @@ impl PersistPolicy {
     /// the database's clock, so nothing else reads), or a small pool when every request writes on
     /// its own.
     pub fn connections(&self) -> u32 {
-        if self.batch_size_max == 0 { UNBATCHED_CONNECTIONS_MAX } else { self.writers.max(1) as u32 }
+        if self.batch_size_max == 0 {
+            UNBATCHED_CONNECTIONS_MAX
+        } else {
+            self.writers.max(1) as u32
+        }
     }
 }
 
@@ -84,8 +88,12 @@ impl PersistedMarks {
     /// which finds those rows persisted and drops the entries itself.
     async fn mark(&self, items: &[HoldItem], outcomes: &[HoldResult]) {
         assert_eq!(items.len(), outcomes.len(), "one outcome per booking");
-        let mut held: Vec<&HoldItem> =
-            items.iter().zip(outcomes).filter(|(_, o)| matches!(o, Ok(HoldOutcome::Held(_) | HoldOutcome::AlreadyHeld(_)))).map(|(i, _)| i).collect();
+        let mut held: Vec<&HoldItem> = items
+            .iter()
+            .zip(outcomes)
+            .filter(|(_, o)| matches!(o, Ok(HoldOutcome::Held(_) | HoldOutcome::AlreadyHeld(_))))
+            .map(|(i, _)| i)
+            .collect();
         if held.is_empty() {
             return;
         }
@@ -213,7 +221,8 @@ async fn write_batches(
                 let _ = tokio::time::timeout(policy.linger, receiver.recv_many(&mut batch, room)).await;
             }
         }
-        let (items, replies): (Vec<HoldItem>, Vec<oneshot::Sender<Result<Persisted, StoreError>>>) = batch.drain(..).map(|j| (j.item, j.reply)).unzip();
+        let (items, replies): (Vec<HoldItem>, Vec<oneshot::Sender<Result<Persisted, StoreError>>>) =
+            batch.drain(..).map(|j| (j.item, j.reply)).unzip();
         let items = Arc::new(items);
         let started = Instant::now();
         let written = match &mut writer {

@@ -6,13 +6,13 @@
 //!
 //! Each pass also expires unpaid holds and retries releases Redis has not yet heard of.
 
+use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
 use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
-use crate::sale::Sale;
-use crate::domain::admission::Admission;
-use crate::sale::stats::Stats;
 use crate::sale::settle::Settled;
+use crate::sale::stats::Stats;
+use crate::sale::Sale;
 use crate::store::StoreError;
 use redis::RedisResult;
 use std::future::Future;
@@ -46,7 +46,9 @@ impl Sale {
     /// One reaper pass over every opened event, then hold expiry and release sync.
     pub async fn background_pass(&self) {
         match self.reap_all_once().await {
-            Ok(r) if r.released > 0 => tracing::info!(released = r.released, "reaper released admissions that never reached the database"),
+            Ok(r) if r.released > 0 => {
+                tracing::info!(released = r.released, "reaper released admissions that never reached the database")
+            }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "reaper pass failed; next pass retries"),
         }

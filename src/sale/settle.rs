@@ -29,15 +29,29 @@ impl Sale {
     /// Claims the row released for `admission`, then undoes it in Redis (see the module doc).
     /// `seat_held`: the database says another booking holds the seat number, so it stays out of
     /// the pool.
-    pub async fn settle(&self, event: &EventId, keys: &EventKeys, admission: &Admission, seat_held: bool) -> anyhow::Result<Settled> {
+    pub async fn settle(
+        &self,
+        event: &EventId,
+        keys: &EventKeys,
+        admission: &Admission,
+        seat_held: bool,
+    ) -> anyhow::Result<Settled> {
         match self.store.reap(event, admission, now_ms()).await? {
             ReapOutcome::Persisted => {
                 self.run_script(&self.scripts.persisted, self.scripts.persisted_call(keys, admission)).await?;
                 Ok(Settled::Persisted)
             }
             ReapOutcome::Released | ReapOutcome::AlreadyReleased | ReapOutcome::OtherHolds => {
-                let undo = if seat_held { self.scripts.undo_seat_held_call(keys, admission) } else { self.scripts.undo_call(keys, admission) };
-                Ok(if decode_changed(self.run_script(&self.scripts.undo, undo).await?)? { Settled::Undone } else { Settled::AlreadyGone })
+                let undo = if seat_held {
+                    self.scripts.undo_seat_held_call(keys, admission)
+                } else {
+                    self.scripts.undo_call(keys, admission)
+                };
+                Ok(if decode_changed(self.run_script(&self.scripts.undo, undo).await?)? {
+                    Settled::Undone
+                } else {
+                    Settled::AlreadyGone
+                })
             }
         }
     }

@@ -131,7 +131,10 @@ mod tests {
         assert_eq!(samples.len(), stats.snapshot().len());
         assert_eq!(samples.iter().filter(|s| s.family == "answers_total").count(), AnswerStatus::ALL.len());
         let level_full = samples.iter().find(|s| s.name == "level_full").unwrap();
-        assert_eq!((level_full.family, level_full.label, level_full.value), ("answers_total", Some(("status", "level_full")), 1));
+        assert_eq!(
+            (level_full.family, level_full.label, level_full.value),
+            ("answers_total", Some(("status", "level_full")), 1)
+        );
         let honeypot = samples.iter().find(|s| s.name == "honeypot").unwrap();
         assert_eq!((honeypot.family, honeypot.label), ("honeypot_hits_total", None));
     }

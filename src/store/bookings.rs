@@ -6,9 +6,9 @@
 //! admission; whichever conditional upsert lands first wins and the other sees the winner's row.
 
 use super::{on_pool, Store, StoreError};
+use crate::domain::admission::{Admission, Seat};
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
-use crate::domain::admission::{Admission, Seat};
 use std::collections::BTreeMap;
 
 /// A booking as the database holds it.
@@ -46,7 +46,12 @@ impl BookingRow {
     }
 
     pub fn seat(&self) -> Seat {
-        Seat { slot: self.slot, level: self.level.clone(), hold_until_ms: self.hold_until_ms, paid: self.state == "paid" }
+        Seat {
+            slot: self.slot,
+            level: self.level.clone(),
+            hold_until_ms: self.hold_until_ms,
+            paid: self.state == "paid",
+        }
     }
 }
 
@@ -144,7 +149,8 @@ pub struct LevelCounts {
 /// The admission never holds a seat again (`released_admissions`; migration 0004's update
 /// trigger skips any write that would: such a write always meets the code's row, which the claim
 /// wrote and which is never deleted, migration 0006).
-const TOMBSTONE: &str = "INSERT INTO released_admissions (event_id, admission_id) VALUES ($1, $2) ON CONFLICT DO NOTHING";
+const TOMBSTONE: &str =
+    "INSERT INTO released_admissions (event_id, admission_id) VALUES ($1, $2) ON CONFLICT DO NOTHING";
 
 /// The arbiter's conditional upsert: the request path binds `held` (see `hold_batch.rs`), the
 /// reaper `released`. It changes nothing when another admission holds the row or this one was
@@ -164,7 +170,9 @@ impl Store {
         match self {
             Store::Sqlite(_) => Ok(crate::domain::event::now_ms()),
             Store::Postgres(pool) => {
-                let now: i64 = sqlx::query_scalar("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT").fetch_one(pool).await?;
+                let now: i64 = sqlx::query_scalar("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT")
+                    .fetch_one(pool)
+                    .await?;
                 Ok(now)
             }
         }
@@ -233,7 +241,13 @@ impl Store {
     /// One conditional statement names the admission and re-checks the condition, so a list read
     /// earlier can never release what the row holds by now (a fresh booking, a payment).
     /// Returns the row as it was, or None when it no longer qualifies.
-    pub async fn release(&self, event: &EventId, code: &CodeHash, admission_id: &str, why: Release) -> Result<Option<BookingRow>, StoreError> {
+    pub async fn release(
+        &self,
+        event: &EventId,
+        code: &CodeHash,
+        admission_id: &str,
+        why: Release,
+    ) -> Result<Option<BookingRow>, StoreError> {
         let now_ms = self.clock_ms().await?;
         let Some(row) = self.booking(event, code).await? else { return Ok(None) };
         if row.admission_id != admission_id || !row.holds_seat() {
@@ -325,7 +339,9 @@ impl Store {
 
     /// Every held or paid row of an event.
     pub async fn seat_holders(&self, event: &EventId) -> Result<Vec<BookingRow>, StoreError> {
-        let sql = format!("SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND state IN ('held', 'paid') ORDER BY slot");
+        let sql = format!(
+            "SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND state IN ('held', 'paid') ORDER BY slot"
+        );
         on_pool!(self, pool => {
             let rows: Vec<RowTuple> = sqlx::query_as(&sql).bind(event.as_str()).fetch_all(pool).await?;
             Ok(rows.into_iter().filter_map(to_row).collect())

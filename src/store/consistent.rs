@@ -21,7 +21,9 @@ impl Store {
     /// Reads the holders and the counters in one transaction: repeatable read on PostgreSQL; on
     /// SQLite (WAL) every statement of a read transaction sees the snapshot of its first read.
     pub async fn holders_snapshot(&self, event: &EventId) -> Result<HoldersSnapshot, StoreError> {
-        let holders_sql = format!("SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND state IN ('held', 'paid') ORDER BY slot");
+        let holders_sql = format!(
+            "SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND state IN ('held', 'paid') ORDER BY slot"
+        );
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             if matches!(self, Store::Postgres(_)) {

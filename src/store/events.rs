@@ -145,7 +145,8 @@ impl Store {
                 "SELECT group_concat(code_hash, ' ') FROM
                    (SELECT code_hash FROM allowlist WHERE event_id = $1 AND code_hash > $2 ORDER BY code_hash LIMIT $3)",
             ).bind(id.as_str()).bind(after).bind(limit).fetch_one(pool).await?;
-            let mut page: Vec<String> = joined.unwrap_or_default().split(' ').filter(|h| !h.is_empty()).map(str::to_owned).collect();
+            let mut page: Vec<String> =
+                joined.unwrap_or_default().split(' ').filter(|h| !h.is_empty()).map(str::to_owned).collect();
             // group_concat's order is not guaranteed; the keyset cursor needs the last in order.
             page.sort_unstable();
             return Ok(page);

@@ -66,12 +66,14 @@ pub(super) mod sqlite_sql {
     /// The row that stopped the upsert.
     pub const SELECT_ROW: &str = "SELECT code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms FROM bookings WHERE event_id = $1 AND code_hash = $2";
     /// Counts one more held seat against the level / the event, unless that would pass its cap.
-    pub const COUNT_LEVEL: &str = "UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap";
+    pub const COUNT_LEVEL: &str =
+        "UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap";
     pub const COUNT_EVENT: &str = "UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats";
     /// The direct writer's fast path: a whole batch's held seats counted at once (?3 / ?2: how
     /// many), unless that would pass the cap. `?N`, not `$N`: SQLite numbers `$N` parameters in
     /// the order they first appear, so `$3` before `$1` would bind the wrong values.
-    pub const COUNT_LEVEL_BY: &str = "UPDATE levels SET taken = taken + ?3 WHERE event_id = ?1 AND name = ?2 AND taken + ?3 <= cap";
+    pub const COUNT_LEVEL_BY: &str =
+        "UPDATE levels SET taken = taken + ?3 WHERE event_id = ?1 AND name = ?2 AND taken + ?3 <= cap";
     pub const COUNT_EVENT_BY: &str = "UPDATE events SET taken = taken + ?2 WHERE id = ?1 AND taken + ?2 <= total_seats";
 }
 
@@ -80,7 +82,8 @@ pub(super) mod sqlite_sql {
 /// Then the batch's shape ([`BatchShape`]).
 /// The last column is the database's clock once the function has written (the outer query reads
 /// it after the function's rows are all in), before the commit.
-const POSTGRES_HOLD: &str = "SELECT outcome, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms,
+const POSTGRES_HOLD: &str =
+    "SELECT outcome, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms,
             (extract(epoch FROM clock_timestamp()) * 1000)::bigint
      FROM seatrush_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
@@ -134,7 +137,10 @@ impl<'a> BatchShape<'a> {
     pub fn of(items: &'a [HoldItem]) -> Self {
         let (levels, events) = lock_order(items);
         let place = |found: Result<usize, usize>| found.expect("lock_order lists every booking's level and event");
-        let at_level = items.iter().map(|i| place(levels.binary_search(&(i.event.as_str(), i.admission.level.as_str())))).collect();
+        let at_level = items
+            .iter()
+            .map(|i| place(levels.binary_search(&(i.event.as_str(), i.admission.level.as_str()))))
+            .collect();
         let at_event = items.iter().map(|i| place(events.binary_search(&i.event.as_str()))).collect();
         Self { levels, events, at_level, at_event, repeats: repeats(items) }
     }
@@ -153,7 +159,18 @@ fn repeats(items: &[HoldItem]) -> bool {
 }
 
 /// A row of `POSTGRES_HOLD`: the function's row, then the clock.
-type PostgresHoldRow = (String, Option<String>, Option<String>, Option<String>, Option<i64>, Option<String>, Option<String>, Option<i64>, Option<i64>, i64);
+type PostgresHoldRow = (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    i64,
+);
 
 /// A PostgreSQL batch writer on a connection of its own, kept from one batch to the next.
 ///
@@ -204,8 +221,20 @@ async fn hold_postgres<'c>(executor: impl PgExecutor<'c>, items: &[HoldItem]) ->
     let one_based = |places: &[usize]| places.iter().map(|&p| p as i32 + 1).collect::<Vec<i32>>();
     let (at_level, at_event) = (one_based(&shape.at_level), one_based(&shape.at_event));
     let rows: Vec<PostgresHoldRow> = sqlx::query_as(POSTGRES_HOLD)
-        .bind(events).bind(codes).bind(nonces).bind(ids).bind(slots).bind(levels).bind(admitted).bind(hold)
-        .bind(level_events).bind(level_names).bind(&shape.events).bind(at_level).bind(at_event).bind(shape.repeats)
+        .bind(events)
+        .bind(codes)
+        .bind(nonces)
+        .bind(ids)
+        .bind(slots)
+        .bind(levels)
+        .bind(admitted)
+        .bind(hold)
+        .bind(level_events)
+        .bind(level_names)
+        .bind(&shape.events)
+        .bind(at_level)
+        .bind(at_event)
+        .bind(shape.repeats)
         .fetch_all(executor)
         .await?;
     // The function answers each booking once, in order; anything else is a bug in it.
@@ -232,7 +261,8 @@ fn postgres_outcome(row: PostgresHoldRow, adm: &Admission) -> Result<HoldOutcome
     };
     match outcome.as_str() {
         "held" => {
-            let row = found().ok_or_else(|| StoreError::Batch("seatrush_hold: a held booking without its row".into()))?;
+            let row =
+                found().ok_or_else(|| StoreError::Batch("seatrush_hold: a held booking without its row".into()))?;
             Ok(HoldOutcome::Held(row.seat()))
         }
         "unclaimed" => Ok(unclaimed(found(), adm)),
@@ -262,21 +292,46 @@ async fn hold_sqlite(pool: &SqlitePool, items: &[HoldItem]) -> Result<Written, S
         let hold_until_ms = now_ms + item.hold_ms;
         let mut booking = (&mut tx).begin().await?;
         let upsert = sqlx::query(UPSERT)
-            .bind(event).bind(adm.code.as_str()).bind(adm.nonce.as_str()).bind(&adm.id)
-            .bind(adm.slot).bind(&adm.level).bind("held").bind(adm.admitted_ms).bind(hold_until_ms).bind(now_ms)
-            .execute(&mut *booking).await;
+            .bind(event)
+            .bind(adm.code.as_str())
+            .bind(adm.nonce.as_str())
+            .bind(&adm.id)
+            .bind(adm.slot)
+            .bind(&adm.level)
+            .bind("held")
+            .bind(adm.admitted_ms)
+            .bind(hold_until_ms)
+            .bind(now_ms)
+            .execute(&mut *booking)
+            .await;
         let outcome = match upsert {
             Err(sqlx::Error::Database(db)) if db.is_unique_violation() => Ok(HoldOutcome::SeatTaken),
             Err(e) => Err(e.into()),
             Ok(done) if done.rows_affected() == 0 => {
-                let row: Option<RowTuple> = sqlx::query_as(SELECT_ROW).bind(event).bind(adm.code.as_str()).fetch_optional(&mut *booking).await?;
+                let row: Option<RowTuple> = sqlx::query_as(SELECT_ROW)
+                    .bind(event)
+                    .bind(adm.code.as_str())
+                    .fetch_optional(&mut *booking)
+                    .await?;
                 Ok(unclaimed(row.and_then(to_row), adm))
             }
-            Ok(_) if sqlx::query(COUNT_LEVEL).bind(event).bind(&adm.level).execute(&mut *booking).await?.rows_affected() == 0 => {
+            Ok(_)
+                if sqlx::query(COUNT_LEVEL)
+                    .bind(event)
+                    .bind(&adm.level)
+                    .execute(&mut *booking)
+                    .await?
+                    .rows_affected()
+                    == 0 =>
+            {
                 Ok(HoldOutcome::LevelFull)
             }
-            Ok(_) if sqlx::query(COUNT_EVENT).bind(event).execute(&mut *booking).await?.rows_affected() == 0 => Ok(HoldOutcome::SoldOut),
-            Ok(_) => Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms, paid: false })),
+            Ok(_) if sqlx::query(COUNT_EVENT).bind(event).execute(&mut *booking).await?.rows_affected() == 0 => {
+                Ok(HoldOutcome::SoldOut)
+            }
+            Ok(_) => {
+                Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms, paid: false }))
+            }
         };
         if matches!(outcome, Ok(HoldOutcome::Held(_))) {
             booking.commit().await?;

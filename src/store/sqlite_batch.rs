@@ -16,10 +16,10 @@
 
 use super::bookings::{to_row, unclaimed, BookingRow, RowTuple};
 use super::hold_batch::{sqlite_sql, BatchShape, Outcomes, Written};
+use super::{HoldItem, HoldOutcome, StoreError};
 use crate::domain::admission::Seat;
 use crate::domain::code::CodeHash;
 use crate::domain::event::{now_ms, EventId};
-use super::{HoldItem, HoldOutcome, StoreError};
 use rusqlite::{params, Connection, TransactionBehavior};
 use std::path::Path;
 use std::sync::Arc;
@@ -135,7 +135,14 @@ fn checkpoint_while(alive: std::sync::Weak<()>, conn: Connection) {
             return;
         }
         match checkpoint_pass(&conn) {
-            Ok(p) => tracing::debug!(frames = p.frames, copies = p.copies, tries = p.tries, rewound = p.rewound, rewinding_us = p.rewinding.as_micros() as u64, "WAL checkpoint"),
+            Ok(p) => tracing::debug!(
+                frames = p.frames,
+                copies = p.copies,
+                tries = p.tries,
+                rewound = p.rewound,
+                rewinding_us = p.rewinding.as_micros() as u64,
+                "WAL checkpoint"
+            ),
             Err(e) => tracing::warn!(error = %e, "background WAL checkpoint failed; the next one retries"),
         }
     }
@@ -222,14 +229,21 @@ fn checkpoint_pass(conn: &Connection) -> rusqlite::Result<Pass> {
 
 /// One checkpoint in `mode`: whether it was blocked, and the frames in the WAL.
 fn wal_checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(bool, i64)> {
-    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| Ok((r.get::<_, i64>(0)? != 0, r.get::<_, i64>(1)?)))
+    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+        Ok((r.get::<_, i64>(0)? != 0, r.get::<_, i64>(1)?))
+    })
 }
 
 /// Flushes the database file's written pages to disk (`fdatasync`, as SQLite's own sync).
 fn sync_database(conn: &Connection) -> rusqlite::Result<()> {
     let Some(path) = conn.path().filter(|p| !p.is_empty()) else { return Ok(()) };
     let synced = std::fs::File::open(path).and_then(|f| f.sync_data());
-    synced.map_err(|e| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR), Some(format!("syncing {path}: {e}"))))
+    synced.map_err(|e| {
+        rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+            Some(format!("syncing {path}: {e}")),
+        )
+    })
 }
 
 fn sql_error(e: rusqlite::Error) -> StoreError {
@@ -258,7 +272,12 @@ fn write(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::Result<Written>
 /// The fast path: every booking upserted, the held ones counted once per level and per event.
 /// None when a counter refuses the batch (past a cap, or no such level); a booking's own error,
 /// a taken seat among them, is an `Err`. Either way the caller decides one at a time.
-fn write_at_once(tx: &rusqlite::Transaction<'_>, items: &[HoldItem], shape: &BatchShape<'_>, now_ms: i64) -> rusqlite::Result<Option<Outcomes>> {
+fn write_at_once(
+    tx: &rusqlite::Transaction<'_>,
+    items: &[HoldItem],
+    shape: &BatchShape<'_>,
+    now_ms: i64,
+) -> rusqlite::Result<Option<Outcomes>> {
     let mut level_added = vec![0i64; shape.levels.len()];
     let mut event_added = vec![0i64; shape.events.len()];
     let mut outcomes = Vec::with_capacity(items.len());
@@ -328,10 +347,22 @@ fn write_one_at_a_time(conn: &mut Connection, items: &[HoldItem]) -> rusqlite::R
 fn claim(tx: &rusqlite::Transaction<'_>, item: &HoldItem, now_ms: i64) -> rusqlite::Result<Option<HoldOutcome>> {
     let (event, adm) = (item.event.as_str(), &item.admission);
     let claimed = tx.prepare_cached(sqlite_sql::UPSERT)?.execute(params![
-        event, adm.code.as_str(), adm.nonce.as_str(), adm.id, adm.slot, adm.level, "held", adm.admitted_ms, now_ms + item.hold_ms, now_ms
+        event,
+        adm.code.as_str(),
+        adm.nonce.as_str(),
+        adm.id,
+        adm.slot,
+        adm.level,
+        "held",
+        adm.admitted_ms,
+        now_ms + item.hold_ms,
+        now_ms
     ])?;
     if claimed == 0 {
-        return Ok(Some(unclaimed(read_row(tx, item.event.as_str(), item.admission.code.as_str())?.and_then(to_row), adm)));
+        return Ok(Some(unclaimed(
+            read_row(tx, item.event.as_str(), item.admission.code.as_str())?.and_then(to_row),
+            adm,
+        )));
     }
     Ok(None)
 }
@@ -339,7 +370,12 @@ fn claim(tx: &rusqlite::Transaction<'_>, item: &HoldItem, now_ms: i64) -> rusqli
 /// A booking this write holds: its hold runs from the write.
 fn held(item: &HoldItem, now_ms: i64) -> HoldOutcome {
     let adm = &item.admission;
-    HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms: now_ms + item.hold_ms, paid: false })
+    HoldOutcome::Held(Seat {
+        slot: adm.slot,
+        level: adm.level.clone(),
+        hold_until_ms: now_ms + item.hold_ms,
+        paid: false,
+    })
 }
 
 /// `hold`'s statements for one booking: None when it is now held, else why not.

@@ -40,7 +40,12 @@ async fn another_nonce_from_an_admitted_code_is_already_admitted(backend: Backen
     for _ in 0..3 {
         let again = app.book("CODE-00001", "B1", &nonce("b")).await;
         assert_eq!((again.status, again.status_str()), (409, "already_admitted"));
-        assert_eq!((&again.body["slot"], &again.body["level"]), (&first.body["slot"], &first.body["level"]), "{:?}", again.body);
+        assert_eq!(
+            (&again.body["slot"], &again.body["level"]),
+            (&first.body["slot"], &first.body["level"]),
+            "{:?}",
+            again.body
+        );
         assert_eq!(again.body["hold_until"], first.body["hold_until"]);
     }
     app.assert_invariants().await;
@@ -135,16 +140,31 @@ async fn the_script_cache_is_reloaded_after_a_flush() {
     let app = spawn_app(AppOptions::default()).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
     app.redis::<()>(redis::cmd("SCRIPT").arg("FLUSH"));
-    assert_eq!(app.book("CODE-00002", "A1", &nonce("b")).await.status, 201, "NOSCRIPT is loaded and retried, not failed");
+    assert_eq!(
+        app.book("CODE-00002", "A1", &nonce("b")).await.status,
+        201,
+        "NOSCRIPT is loaded and retried, not failed"
+    );
     app.assert_invariants().await;
 }
 
 async fn burst_never_oversells(backend: Backend) {
     let seats = 100;
-    let app = spawn_app(AppOptions { backend, seats, levels: vec![("A1", 40), ("B1", 70), ("C1", 30)], codes: 400, ..Default::default() }).await;
+    let app = spawn_app(AppOptions {
+        backend,
+        seats,
+        levels: vec![("A1", 40), ("B1", 70), ("C1", 30)],
+        codes: 400,
+        ..Default::default()
+    })
+    .await;
     let levels = ["A1", "B1", "C1"];
     let candidates: Vec<_> = (0..600)
-        .map(|i| seatrush::lab::crowd::Candidate { code: app.codes[i % app.codes.len()].clone(), level: levels[i % 3].into(), bot: false })
+        .map(|i| seatrush::lab::crowd::Candidate {
+            code: app.codes[i % app.codes.len()].clone(),
+            level: levels[i % 3].into(),
+            bot: false,
+        })
         .collect();
     let outcomes = seatrush::lab::crowd::run(&app.url, EVENT, candidates, 300).await;
     let admitted: Vec<_> = outcomes.iter().filter(|o| o.status == 201).collect();

@@ -17,7 +17,12 @@ fn parse_ms(s: &serde_json::Value) -> i64 {
 #[tokio::test]
 async fn availability_carries_the_sale_window_and_the_servers_clock() {
     let opens_at_ms = now_ms() + 60_000;
-    let app = spawn_app(AppOptions { opens_at_ms: Some(opens_at_ms), closes_at_ms: Some(opens_at_ms + 3_600_000), ..Default::default() }).await;
+    let app = spawn_app(AppOptions {
+        opens_at_ms: Some(opens_at_ms),
+        closes_at_ms: Some(opens_at_ms + 3_600_000),
+        ..Default::default()
+    })
+    .await;
     let before = now_ms();
     let answer = app.get(PATH).await;
     let after = now_ms();

@@ -7,7 +7,8 @@ use seatrush::cli::{Cli, Command};
 async fn bench(extra: &[&str]) -> seatrush::lab::bench::report::Report {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().display().to_string();
-    let mut argv = vec!["seatrush", "bench", "--no-ceiling", "--codes", "2000", "--connections", "8", "--out-dir", &out];
+    let mut argv =
+        vec!["seatrush", "bench", "--no-ceiling", "--codes", "2000", "--connections", "8", "--out-dir", &out];
     argv.extend(extra);
     let cli = Cli::parse_from(argv);
     let Command::Bench(args) = cli.command else { unreachable!("parsed a bench command") };
@@ -37,7 +38,11 @@ async fn a_bounded_closed_loop_run_adds_up_and_sells_each_seat_once() {
     assert!(store.held_rows <= 120);
     assert_eq!(store.pending_left, 0);
     let fresh = &r.by_kind["fresh"];
-    assert!(fresh.answers.get("sold_out").copied().unwrap_or(0) > 0, "400 requests sell out 120 seats: {:?}", fresh.answers);
+    assert!(
+        fresh.answers.get("sold_out").copied().unwrap_or(0) > 0,
+        "400 requests sell out 120 seats: {:?}",
+        fresh.answers
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,7 +56,9 @@ async fn a_short_open_loop_run_adds_up() {
 fn floor_args(argv: &[&str]) -> seatrush::lab::bench::args::SqliteFloorArgs {
     let cli = Cli::parse_from([&["seatrush", "bench", "sqlite-floor"], argv].concat());
     let Command::Bench(args) = cli.command else { unreachable!("parsed a bench command") };
-    let Some(seatrush::lab::bench::args::BenchCommand::SqliteFloor(floor)) = args.command else { unreachable!("parsed sqlite-floor") };
+    let Some(seatrush::lab::bench::args::BenchCommand::SqliteFloor(floor)) = args.command else {
+        unreachable!("parsed sqlite-floor")
+    };
     floor
 }
 
@@ -61,8 +68,18 @@ fn floor_args(argv: &[&str]) -> seatrush::lab::bench::args::SqliteFloorArgs {
 async fn the_sqlite_floor_writes_every_booking_at_every_batch_size() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().display().to_string();
-    seatrush::lab::bench::sqlite_floor::run(&floor_args(&["--bookings", "2000", "--batches", "1,7", "--out-dir", &out])).await.unwrap();
-    let runs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("sqlite-floor.json")).unwrap()).unwrap();
+    seatrush::lab::bench::sqlite_floor::run(&floor_args(&[
+        "--bookings",
+        "2000",
+        "--batches",
+        "1,7",
+        "--out-dir",
+        &out,
+    ]))
+    .await
+    .unwrap();
+    let runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("sqlite-floor.json")).unwrap()).unwrap();
     let runs = runs.as_array().unwrap();
     assert_eq!(runs.iter().map(|r| r["batch"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 7]);
     for r in runs {

@@ -42,10 +42,18 @@ async fn crash_burst(backend: Backend, crash_at: &str) {
     };
     let app = spawn_app(options).await;
     let logs = tempfile::tempdir().unwrap();
-    let spec = ServeSpec { bin: env!("CARGO_BIN_EXE_seatrush").into(), env: serve_env(&app, crash_at, 0.03), log_dir: logs.path().into() };
+    let spec = ServeSpec {
+        bin: env!("CARGO_BIN_EXE_seatrush").into(),
+        env: serve_env(&app, crash_at, 0.03),
+        log_dir: logs.path().into(),
+    };
     let fleet = Fleet::start(spec, 2).await.unwrap();
     let candidates: Vec<Candidate> = (0..240)
-        .map(|i| Candidate { code: app.codes[i % app.codes.len()].clone(), level: ["A1", "B1"][i % 2].into(), bot: false })
+        .map(|i| Candidate {
+            code: app.codes[i % app.codes.len()].clone(),
+            level: ["A1", "B1"][i % 2].into(),
+            bot: false,
+        })
         .collect();
     let outcomes = crowd::run_spread(&fleet.urls(), crate::helpers::EVENT, candidates, 40).await;
     let report = fleet.shutdown().await;

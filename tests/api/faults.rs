@@ -39,7 +39,10 @@ async fn clean_under(kind: FaultKind) -> Report {
     let report = run(config(vec![kind])).await;
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
     assert_eq!(report.gave_up, 0, "every candidate got a final answer");
-    assert!(report.admitted as i64 >= report.seats, "every seat was sold to someone who was told, some twice after a release");
+    assert!(
+        report.admitted as i64 >= report.seats,
+        "every seat was sold to someone who was told, some twice after a release"
+    );
     assert!(report.faults_injected.values().sum::<usize>() > 0, "the fault was injected");
     assert!(report.paid_by_runner > 0 && report.cancelled_by_runner > 0, "payments and cancels ran during the fault");
     report

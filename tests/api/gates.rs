@@ -47,7 +47,11 @@ async fn malformed_or_incomplete_bodies_are_400_with_a_detail() {
         // The honeypot is a string: anything else is malformed, not a bot to humour.
         json!({ "website": {} }).to_string(),
         json!({ "code": "CODE-00001", "level": "A1", "nonce": nonce("n"), "website": 7 }).to_string(),
-        format!("{{\"code\":\"CODE-00001\",\"level\":\"A1\",\"nonce\":\"{}\",\"pad\":\"{}\"}}", nonce("n"), "x".repeat(5000)),
+        format!(
+            "{{\"code\":\"CODE-00001\",\"level\":\"A1\",\"nonce\":\"{}\",\"pad\":\"{}\"}}",
+            nonce("n"),
+            "x".repeat(5000)
+        ),
     ];
     for body in cases {
         let a = app.post_raw(PATH, body.clone()).await;
@@ -80,7 +84,9 @@ async fn post_unfinished(app: &TestApp, framing: &str, sent: &[u8]) -> (u16, Val
             }
         }
     };
-    tokio::time::timeout(REFUSAL_TIMEOUT, read).await.expect("the server answered without waiting for the rest of the body");
+    tokio::time::timeout(REFUSAL_TIMEOUT, read)
+        .await
+        .expect("the server answered without waiting for the rest of the body");
     let text = String::from_utf8_lossy(&answer).into_owned();
     let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map_or(Value::Null, |(_, b)| serde_json::from_str(b).unwrap_or(Value::Null));
@@ -124,7 +130,12 @@ async fn before_opens_at_is_not_open_and_after_closes_at_is_closed() {
     assert_eq!((a.status, a.status_str()), (403, "not_open"));
     assert_eq!(early.get(&format!("/api/events/{EVENT}")).await.body["state"], "not_open");
 
-    let late = spawn_app(AppOptions { opens_at_ms: Some(now_ms() - 7_200_000), closes_at_ms: Some(now_ms() - 3_600_000), ..Default::default() }).await;
+    let late = spawn_app(AppOptions {
+        opens_at_ms: Some(now_ms() - 7_200_000),
+        closes_at_ms: Some(now_ms() - 3_600_000),
+        ..Default::default()
+    })
+    .await;
     let a = late.book("CODE-00001", "A1", &nonce("n")).await;
     assert_eq!((a.status, a.status_str()), (403, "closed"));
     assert!(late.redis_state().records.is_empty());

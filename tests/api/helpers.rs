@@ -3,19 +3,19 @@
 
 use seatrush::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 use seatrush::domain::event::{EventId, EventSpec, LevelName};
-use seatrush::lab::redis_server::{RedisOptions, RedisServer};
 use seatrush::http::EdgeSettings;
+use seatrush::lab::redis_server::{RedisOptions, RedisServer};
 use seatrush::ops::settings::{Connections, ServeSettings};
 use seatrush::ops::{self, loader, Reaper};
 use seatrush::redis_io::keys::EventKeys;
 use seatrush::redis_io::link::RedisLink;
 use seatrush::sale::Sale;
 use seatrush::store::Store;
-use tokio_util::sync::{CancellationToken, DropGuard};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub const EVENT: &str = "exam";
 pub const OPERATOR_TOKEN: &str = "test-operator-token";
@@ -76,7 +76,9 @@ pub use seatrush::lab::scratch_db::ScratchDb as TestDb;
 pub async fn test_db(backend: Backend) -> TestDb {
     match backend {
         Backend::Sqlite => TestDb::sqlite("test.db").unwrap(),
-        Backend::Postgres => TestDb::postgres(POSTGRES_ADMIN_URL, "seatrush_t").await.expect("PostgreSQL at 127.0.0.1:5432 must be running"),
+        Backend::Postgres => TestDb::postgres(POSTGRES_ADMIN_URL, "seatrush_t")
+            .await
+            .expect("PostgreSQL at 127.0.0.1:5432 must be running"),
     }
 }
 
@@ -113,7 +115,8 @@ pub fn spec(options: &AppOptions) -> EventSpec {
 
 /// Logs go to the test's captured output (shown when it fails); `SEATRUSH_LOG` filters them.
 fn init_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SEATRUSH_LOG").unwrap_or_else(|_| "warn,seatrush=debug".into());
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("SEATRUSH_LOG").unwrap_or_else(|_| "warn,seatrush=debug".into());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
 }
 
@@ -194,7 +197,14 @@ impl TestApp {
     }
 
     pub async fn post_raw(&self, path: &str, body: String) -> Answer {
-        let r = self.client.post(format!("{}{path}", self.url)).header("content-type", "application/json").body(body).send().await.unwrap();
+        let r = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
         let status = r.status().as_u16();
         let retry_after = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
         Answer { status, retry_after, body: r.json().await.unwrap_or(Value::Null) }

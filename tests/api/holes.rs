@@ -42,7 +42,11 @@ async fn a_retry_undo_never_returns_a_seat_a_write_in_flight_will_hold(backend: 
 
     // The first attempt's write lands only now.
     let landed = app.store.hold(&app.event, &first, HOLD_MS).await.unwrap();
-    assert_eq!(landed, HoldOutcome::ReaperWon, "the retry's undo claimed the row first, so the late write cannot hold the seat");
+    assert_eq!(
+        landed,
+        HoldOutcome::ReaperWon,
+        "the retry's undo claimed the row first, so the late write cannot hold the seat"
+    );
     let again = app.book("CODE-00001", "A1", &n).await;
     assert_eq!(again.status, 201, "the next retry books afresh: {:?}", again.body);
     app.assert_invariants().await;
@@ -71,7 +75,10 @@ async fn a_short_wait_on_a_retry_leaves_a_persisted_admission_alone() {
     let retry = app.book("CODE-00001", "A1", &n).await;
     app.replica.as_ref().unwrap().resume();
     assert_eq!(retry.status_str(), "retry");
-    assert!(app.redis_state().records.contains_key(app.hash("CODE-00001").as_str()), "the held admission is still in Redis");
+    assert!(
+        app.redis_state().records.contains_key(app.hash("CODE-00001").as_str()),
+        "the held admission is still in Redis"
+    );
 
     let again = app.book("CODE-00001", "A1", &n).await;
     assert_eq!((again.status, again.body["slot"].as_i64()), (201, Some(first.slot)));
@@ -133,7 +140,11 @@ async fn a_release_stays_unsynced_until_a_replica_has_it() {
     app.replica.as_ref().unwrap().resume();
     assert_eq!(unsynced.len(), 1, "released in the database, not yet acknowledged by a replica");
 
-    assert_eq!(app.sale.sync_releases_once().await.unwrap(), 1, "the next pass runs it again and a replica acknowledges");
+    assert_eq!(
+        app.sale.sync_releases_once().await.unwrap(),
+        1,
+        "the next pass runs it again and a replica acknowledges"
+    );
     assert!(app.store.unsynced_releases(10).await.unwrap().is_empty());
     app.assert_invariants().await;
 }
@@ -235,11 +246,16 @@ async fn a_stale_expiry_list_never_releases_a_fresh_hold_postgres() {
 /// Hole 8: a cancel racing a payment never answers "released" while the booking stays paid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_racing_a_payment_never_leaves_a_paid_booking_it_called_released() {
-    let app = spawn_app(AppOptions { backend: Backend::Postgres, seats: 40, levels: vec![("A1", 40)], ..Default::default() }).await;
+    let app =
+        spawn_app(AppOptions { backend: Backend::Postgres, seats: 40, levels: vec![("A1", 40)], ..Default::default() })
+            .await;
     for i in 0..20 {
         let code = format!("CODE-{:05}", i + 1);
         assert_eq!(app.book(&code, "A1", &nonce(&format!("n{i}"))).await.status, 201);
-        let (cancel, pay) = tokio::join!(app.operator(&code, "cancel", Some(OPERATOR_TOKEN)), app.operator(&code, "payment", Some(OPERATOR_TOKEN)));
+        let (cancel, pay) = tokio::join!(
+            app.operator(&code, "cancel", Some(OPERATOR_TOKEN)),
+            app.operator(&code, "payment", Some(OPERATOR_TOKEN))
+        );
         let row = app.store.booking(&app.event, &app.hash(&code)).await.unwrap().unwrap();
         assert_eq!(cancel.status, 200, "{code}: a cancel of a held or paid booking succeeds: {:?}", cancel.body);
         assert_eq!(row.state, "released", "{code}: the cancel won, whatever the payment did ({})", pay.status);
@@ -292,10 +308,16 @@ async fn an_unacknowledged_release_outlives_the_row_a_new_booking_overwrites_pos
 async fn a_settled_admission_never_holds_a_seat_after_its_claim_is_overwritten(backend: Backend) {
     let app = spawn_app(AppOptions { backend, ..Default::default() }).await;
     let a1 = acknowledged(&app, "CODE-00001", &nonce("slow")).await;
-    assert_eq!(app.sale.settle(&app.event, &app.keys, &a1, false).await.unwrap(), seatrush::sale::settle::Settled::Undone);
+    assert_eq!(
+        app.sale.settle(&app.event, &app.keys, &a1, false).await.unwrap(),
+        seatrush::sale::settle::Settled::Undone
+    );
     let a0 = acknowledged(&app, "CODE-00001", &nonce("fresh")).await;
     assert_ne!(a0.id, a1.id);
-    assert_eq!(app.sale.settle(&app.event, &app.keys, &a0, false).await.unwrap(), seatrush::sale::settle::Settled::Undone);
+    assert_eq!(
+        app.sale.settle(&app.event, &app.keys, &a0, false).await.unwrap(),
+        seatrush::sale::settle::Settled::Undone
+    );
 
     let late = app.store.hold(&app.event, &a1, HOLD_MS).await.unwrap();
     assert_eq!(late, HoldOutcome::ReaperWon, "a settled admission never holds a seat again");
@@ -321,7 +343,10 @@ async fn a_settled_admission_never_holds_a_seat_after_its_claim_is_overwritten_p
 async fn booking_rows_are_never_deleted(backend: Backend) {
     let app = spawn_app(AppOptions { backend, ..Default::default() }).await;
     let a1 = acknowledged(&app, "CODE-00001", &nonce("slow")).await;
-    assert_eq!(app.sale.settle(&app.event, &app.keys, &a1, false).await.unwrap(), seatrush::sale::settle::Settled::Undone);
+    assert_eq!(
+        app.sale.settle(&app.event, &app.keys, &a1, false).await.unwrap(),
+        seatrush::sale::settle::Settled::Undone
+    );
     let delete = "DELETE FROM bookings";
     let refused = match &app.store {
         seatrush::store::Store::Sqlite(pool) => sqlx::query(delete).execute(pool).await.unwrap_err().to_string(),

@@ -19,7 +19,11 @@ const LAYERS: &[(&str, u8)] = &[
 ];
 
 fn rank(layer: &str) -> u8 {
-    LAYERS.iter().find(|(name, _)| *name == layer).map(|(_, r)| *r).unwrap_or_else(|| panic!("{layer} is not a layer of src/lib.rs"))
+    LAYERS
+        .iter()
+        .find(|(name, _)| *name == layer)
+        .map(|(_, r)| *r)
+        .unwrap_or_else(|| panic!("{layer} is not a layer of src/lib.rs"))
 }
 
 fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -49,7 +53,8 @@ fn every_module_imports_only_the_layers_before_its_own() {
     let mut wrong = Vec::new();
     for file in files {
         let relative = file.strip_prefix(&src).unwrap();
-        let first = relative.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
+        let first =
+            relative.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
         if first == "lib" || first == "main" {
             continue;
         }

@@ -2,10 +2,10 @@
 //! SQLite and PostgreSQL.
 
 use crate::helpers::{nonce, spawn_app, AppOptions, Backend, TestApp, OPERATOR_TOKEN};
-use seatrush::domain::code::CodeHash;
-use seatrush::sale::committer::{AdmitCall, Committed};
-use seatrush::domain::nonce::Nonce;
 use seatrush::domain::admission::Admission;
+use seatrush::domain::code::CodeHash;
+use seatrush::domain::nonce::Nonce;
+use seatrush::sale::committer::{AdmitCall, Committed};
 use seatrush::store::{HoldOutcome, ReapOutcome};
 use std::time::Duration;
 
@@ -132,7 +132,13 @@ async fn the_reaper_leaves_young_admissions_alone() {
 }
 
 async fn arbiter(backend: Backend) {
-    let options = AppOptions { backend, seats: 40, levels: vec![("A1", 5), ("B1", 30)], persist_timeout: Duration::from_millis(0), ..Default::default() };
+    let options = AppOptions {
+        backend,
+        seats: 40,
+        levels: vec![("A1", 5), ("B1", 30)],
+        persist_timeout: Duration::from_millis(0),
+        ..Default::default()
+    };
     let app = spawn_app(options).await;
     let now = seatrush::domain::event::now_ms();
 
@@ -158,7 +164,8 @@ async fn arbiter(backend: Backend) {
     for i in 0..20 {
         let code = format!("CODE-{:05}", 10 + i);
         let adm = admit_only(&app, &code, "B1").await;
-        let (held, reaped) = tokio::join!(app.store.hold(&app.event, &adm, 1000), app.store.reap(&app.event, &adm, now));
+        let (held, reaped) =
+            tokio::join!(app.store.hold(&app.event, &adm, 1000), app.store.reap(&app.event, &adm, now));
         let (held, reaped) = (held.unwrap(), reaped.unwrap());
         match held {
             HoldOutcome::Held(_) => assert_eq!(reaped, ReapOutcome::Persisted, "{code}"),
@@ -198,7 +205,12 @@ async fn a_client_whose_admission_was_reaped_gets_a_seat_on_retry() {
 async fn many_reapers_at_once_release_a_phantom_once() {
     let app = spawn_app(AppOptions { persist_timeout: Duration::from_millis(0), ..Default::default() }).await;
     // a second Sale (as in a second `serve`) on the same Redis and database
-    let second = seatrush::sale::Sale::new(app.sale.link.clone(), app.store.clone(), app.sale.settings.clone(), seatrush::fault_hooks::FaultPlan::none());
+    let second = seatrush::sale::Sale::new(
+        app.sale.link.clone(),
+        app.store.clone(),
+        app.sale.settings.clone(),
+        seatrush::fault_hooks::FaultPlan::none(),
+    );
     admit_only(&app, "CODE-00003", "A1").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let (a, b) = tokio::join!(app.sale.reap_all_once(), second.reap_all_once());

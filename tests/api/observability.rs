@@ -29,7 +29,11 @@ async fn the_dashboard_data_needs_the_operator_token() {
     let url = format!("{}/api/ops/summary", app.url);
     assert_eq!(app.client.get(&url).send().await.unwrap().status().as_u16(), 401);
     assert_eq!(app.client.get(&url).bearer_auth("wrong-token").send().await.unwrap().status().as_u16(), 401);
-    assert_eq!(app.client.get(format!("{}/ops", app.url)).send().await.unwrap().status().as_u16(), 200, "the page itself loads freely");
+    assert_eq!(
+        app.client.get(format!("{}/ops", app.url)).send().await.unwrap().status().as_u16(),
+        200,
+        "the page itself loads freely"
+    );
 }
 
 #[tokio::test]
@@ -46,7 +50,10 @@ async fn the_dashboard_data_shows_held_paid_and_remaining_per_level() {
     assert_eq!(event["id"], EVENT);
     assert_eq!(event["remaining"], 7);
     let a1 = event["levels"].as_array().unwrap().iter().find(|l| l["name"] == "A1").unwrap();
-    assert_eq!((a1["cap"].as_i64(), a1["held"].as_i64(), a1["paid"].as_i64(), a1["remaining"].as_i64()), (Some(5), Some(2), Some(1), Some(2)));
+    assert_eq!(
+        (a1["cap"].as_i64(), a1["held"].as_i64(), a1["paid"].as_i64(), a1["remaining"].as_i64()),
+        (Some(5), Some(2), Some(1), Some(2))
+    );
     assert_eq!(summary["counters"]["admitted"], 3);
     assert_eq!(summary["counters"]["paid"], 1);
     let admitted = &summary["latency"]["admitted"];

@@ -67,7 +67,8 @@ async fn two_opens_at_once_one_is_refused_and_the_allowlist_stays_whole() {
         loader::open_event(&mut a, &app.store, &app.event),
         loader::open_event(&mut b, &app.store, &app.event)
     );
-    let errors: Vec<String> = [first.map(|_| ()), second.map(|_| ())].into_iter().filter_map(Result::err).map(|e| e.to_string()).collect();
+    let errors: Vec<String> =
+        [first.map(|_| ()), second.map(|_| ())].into_iter().filter_map(Result::err).map(|e| e.to_string()).collect();
     assert_eq!(errors.len(), 1, "one open runs, the other is refused: {errors:?}");
     assert!(errors[0].contains("locked by another operator command: open by"), "{errors:?}");
     assert_eq!(app.redis::<i64>(redis::cmd("SCARD").arg(&app.keys.allow)), 30_000);
@@ -89,9 +90,26 @@ async fn the_switch_installs_nothing_without_the_lock_or_after_the_event_changed
     let generation: String = app.redis(redis::cmd("HGET").arg(&k.meta).arg("generation"));
     let call = |owner: &str, mode: &str, generation: &str| {
         let mut inv = script.prepare_invoke();
-        inv.key(&k.meta).key(&k.lock).key(&k.cap).key(&k.allow).key("{ev:exam}:allow:staged:t").key(&k.free).key("{ev:exam}:free:staged:t");
+        inv.key(&k.meta)
+            .key(&k.lock)
+            .key(&k.cap)
+            .key(&k.allow)
+            .key("{ev:exam}:allow:staged:t")
+            .key(&k.free)
+            .key("{ev:exam}:free:staged:t");
         inv.key(&k.taken).key("{ev:exam}:taken:staged:t").key(&k.adm).key("{ev:exam}:adm:staged:t").key(&k.pending);
-        inv.arg(owner).arg(mode).arg(generation).arg(10).arg(10).arg(900).arg("").arg("").arg("v-test").arg(1).arg("A1").arg(5);
+        inv.arg(owner)
+            .arg(mode)
+            .arg(generation)
+            .arg(10)
+            .arg(10)
+            .arg(900)
+            .arg("")
+            .arg("")
+            .arg("v-test")
+            .arg(1)
+            .arg("A1")
+            .arg(5);
         inv
     };
     let mut c = conn(&app).await;
@@ -99,8 +117,16 @@ async fn the_switch_installs_nothing_without_the_lock_or_after_the_event_changed
     let allow_before: i64 = app.redis(redis::cmd("SCARD").arg(&k.allow));
     assert_eq!(call("nobody", "refresh", &generation).invoke_async::<i64>(&mut c).await.unwrap(), -1, "no lock");
     let lock = OperatorLock::acquire(&c, &app.event, "test").await.unwrap();
-    assert_eq!(call(lock.owner(), "rebuild", "").invoke_async::<i64>(&mut c).await.unwrap(), -2, "loaded meanwhile: a rebuild must not land");
-    assert_eq!(call(lock.owner(), "refresh", "0").invoke_async::<i64>(&mut c).await.unwrap(), -2, "closed or re-opened meanwhile");
+    assert_eq!(
+        call(lock.owner(), "rebuild", "").invoke_async::<i64>(&mut c).await.unwrap(),
+        -2,
+        "loaded meanwhile: a rebuild must not land"
+    );
+    assert_eq!(
+        call(lock.owner(), "refresh", "0").invoke_async::<i64>(&mut c).await.unwrap(),
+        -2,
+        "closed or re-opened meanwhile"
+    );
     assert_eq!(app.redis_state(), before);
     assert_eq!(app.redis::<i64>(redis::cmd("SCARD").arg(&k.allow)), allow_before);
     assert_eq!(call(lock.owner(), "refresh", &generation).invoke_async::<i64>(&mut c).await.unwrap(), 1);
@@ -154,7 +180,9 @@ async fn a_release_during_a_rebuilding_open_is_applied_after_the_switch_postgres
 
 #[tokio::test]
 async fn reconcile_under_load_reports_no_false_drift() {
-    let app = std::sync::Arc::new(spawn_app(AppOptions { seats: 200, levels: vec![("A1", 200)], codes: 400, ..Default::default() }).await);
+    let app = std::sync::Arc::new(
+        spawn_app(AppOptions { seats: 200, levels: vec![("A1", 200)], codes: 400, ..Default::default() }).await,
+    );
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let churn = {
         let (app, stop) = (app.clone(), stop.clone());
@@ -266,7 +294,11 @@ async fn wiped_primary(backend: Backend) {
     app.assert_invariants().await;
     assert_eq!(app.redis_state().records.len(), 2, "a record for every held and paid seat");
     let retry = app.book("CODE-00001", "A1", &held_nonce).await;
-    assert_eq!((retry.status, &retry.body["slot"]), (201, &held.body["slot"]), "the held candidate's retry gets its seat");
+    assert_eq!(
+        (retry.status, &retry.body["slot"]),
+        (201, &held.body["slot"]),
+        "the held candidate's retry gets its seat"
+    );
     let other = app.book("CODE-00003", "A1", &nonce("new")).await;
     assert_eq!(other.status, 201);
     assert_ne!(other.body["slot"], held.body["slot"]);

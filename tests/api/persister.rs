@@ -3,13 +3,13 @@
 //! function `seatrush_hold`, one round trip per batch), and both dialects agree with each other.
 
 use crate::helpers::{spec, test_db, AppOptions, Backend, TestDb};
+use seatrush::domain::admission::Admission;
 use seatrush::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 use seatrush::domain::event::EventId;
 use seatrush::domain::nonce::Nonce;
 use seatrush::sale::persister::{PersistPolicy, Persister};
-use seatrush::domain::admission::Admission;
-use seatrush::store::{HoldItem, HoldOutcome, PostgresBatchWriter, SqliteBatchWriter, Store, StoreError};
 use seatrush::sale::stats::Stats;
+use seatrush::store::{HoldItem, HoldOutcome, PostgresBatchWriter, SqliteBatchWriter, Store, StoreError};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,9 +64,10 @@ fn seats(outcomes: &[HoldOutcome]) -> Vec<Option<(i64, String)>> {
     outcomes
         .iter()
         .map(|o| match o {
-            HoldOutcome::Held(s) | HoldOutcome::AlreadyHeld(s) | HoldOutcome::SameNonceHolds(s) | HoldOutcome::CodeHasSeat(s) => {
-                Some((s.slot, s.level.clone()))
-            }
+            HoldOutcome::Held(s)
+            | HoldOutcome::AlreadyHeld(s)
+            | HoldOutcome::SameNonceHolds(s)
+            | HoldOutcome::CodeHasSeat(s) => Some((s.slot, s.level.clone())),
             _ => None,
         })
         .collect()
@@ -78,7 +79,10 @@ fn assert_hold_runs_from_the_write(outcomes: &[HoldOutcome], before_ms: i64, hol
     for o in outcomes {
         if let HoldOutcome::Held(s) = o {
             // PostgreSQL's clock is another process's: allow it a second of skew.
-            assert!(s.hold_until_ms >= before_ms + hold_ms - 1_000 && s.hold_until_ms <= after_ms + hold_ms + 1_000, "{o:?}");
+            assert!(
+                s.hold_until_ms >= before_ms + hold_ms - 1_000 && s.hold_until_ms <= after_ms + hold_ms + 1_000,
+                "{o:?}"
+            );
         }
     }
 }
@@ -86,7 +90,10 @@ fn assert_hold_runs_from_the_write(outcomes: &[HoldOutcome], before_ms: i64, hol
 async fn fresh_store(backend: Backend) -> (TestDb, Store) {
     let db = test_db(backend).await;
     let store = Store::connect(&db.url).await.unwrap();
-    store.apply_event(&spec(&AppOptions { seats: 3, levels: vec![("A1", 1), ("B1", 5)], ..Default::default() })).await.unwrap();
+    store
+        .apply_event(&spec(&AppOptions { seats: 3, levels: vec![("A1", 1), ("B1", 5)], ..Default::default() }))
+        .await
+        .unwrap();
     // The reaper got to CODE-6's admission first.
     let reaped = item("CODE-6", "f1", 5, "B1");
     store.reap(&reaped.event, &reaped.admission, 1_500).await.unwrap();
@@ -107,7 +114,13 @@ async fn one_at_a_time(backend: Backend) -> (Vec<HoldOutcome>, String) {
 async fn state(store: &Store) -> String {
     let event = EventId::parse(crate::helpers::EVENT).unwrap();
     // Not the hold's end: each write stamps it by the clock of its own moment.
-    let rows: Vec<_> = store.seat_holders(&event).await.unwrap().into_iter().map(|r| (r.code, r.nonce, r.admission_id, r.slot, r.level, r.state)).collect();
+    let rows: Vec<_> = store
+        .seat_holders(&event)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.code, r.nonce, r.admission_id, r.slot, r.level, r.state))
+        .collect();
     format!("{:?} {:?}", rows, store.counters(&event).await.unwrap())
 }
 
@@ -194,7 +207,11 @@ impl<'a> BatchUnderTest<'a> {
         };
         let after_ms = seatrush::domain::event::now_ms();
         // PostgreSQL rounds its clock to the millisecond, this host truncates: 1 ms either way.
-        assert!((before_ms - 1..=after_ms + 1).contains(&written.clock_ms), "{before_ms} <= {} <= {after_ms}", written.clock_ms);
+        assert!(
+            (before_ms - 1..=after_ms + 1).contains(&written.clock_ms),
+            "{before_ms} <= {} <= {after_ms}",
+            written.clock_ms
+        );
         for (outcome, hold_ms) in written.outcomes.iter().zip(hold_ms) {
             if let Ok(HoldOutcome::Held(seat)) = outcome {
                 assert!(seat.hold_until_ms - hold_ms <= written.clock_ms, "the clock is read at or after the write");
@@ -242,7 +259,17 @@ async fn check_distinct_batches(backend: Backend, direct: bool) {
     let expected_state = state(&store).await;
     assert_eq!(
         kinds(&expected),
-        ["held", "held", "held", "already_held", "same_nonce_holds", "reaper_won", "level_full", "seat_taken", "sold_out"],
+        [
+            "held",
+            "held",
+            "held",
+            "already_held",
+            "same_nonce_holds",
+            "reaper_won",
+            "level_full",
+            "seat_taken",
+            "sold_out"
+        ],
         "the batches cover every outcome but an error"
     );
     let (_db, store) = fresh_store(backend).await;
@@ -365,7 +392,9 @@ async fn concurrent_callers_each_get_their_own_outcome(backend: Backend) {
     let calls: Vec<_> = (0..3)
         .map(|i| {
             let p = persister.clone();
-            tokio::spawn(async move { p.hold(item(&format!("CODE-P{i}"), &format!("p{i}"), i + 1, "B1")).await.unwrap().outcome })
+            tokio::spawn(async move {
+                p.hold(item(&format!("CODE-P{i}"), &format!("p{i}"), i + 1, "B1")).await.unwrap().outcome
+            })
         })
         .collect();
     for call in calls {
@@ -426,7 +455,8 @@ async fn the_sqlite_writer_reads_the_rows_the_pool_reads() {
     let event = EventId::parse(crate::helpers::EVENT).unwrap();
     let mut held = 0;
     for code in ["CODE-1", "CODE-3", "CODE-4", "CODE-5", "CODE-6", "CODE-7", "CODE-8"] {
-        let (by_writer, by_pool) = (writer.booking(&event, &hash(code)).await.unwrap(), store.booking(&event, &hash(code)).await.unwrap());
+        let (by_writer, by_pool) =
+            (writer.booking(&event, &hash(code)).await.unwrap(), store.booking(&event, &hash(code)).await.unwrap());
         assert_eq!(by_writer, by_pool, "{code}");
         held += by_writer.as_ref().is_some_and(|r| r.holds_seat()) as usize;
     }

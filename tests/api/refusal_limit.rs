@@ -7,7 +7,11 @@ use seatrush::http::refusal_limit::parse_trusted_proxy;
 use seatrush::http::EdgeSettings;
 use serde_json::json;
 
-async fn book_from(app: &crate::helpers::TestApp, code: &str, forwarded_for: Option<&str>) -> (u16, Option<String>, serde_json::Value) {
+async fn book_from(
+    app: &crate::helpers::TestApp,
+    code: &str,
+    forwarded_for: Option<&str>,
+) -> (u16, Option<String>, serde_json::Value) {
     let body = json!({ "code": code, "level": "A1", "nonce": nonce("guess"), "website": "" });
     let mut request = app.client.post(format!("{}/api/events/{EVENT}/bookings", app.url)).json(&body);
     if let Some(hop) = forwarded_for {
@@ -36,7 +40,9 @@ async fn code_revealing_refusals_are_limited_per_address_and_valid_attempts_neve
     // A valid attempt from the limited address books, and refusals that reveal nothing about
     // codes (a missing nonce, a full level) are answered as usual.
     assert_eq!(book_from(&app, "CODE-00001", None).await.0, 201);
-    let no_nonce = app.post_raw(&format!("/api/events/{EVENT}/bookings"), json!({ "code": "NOBODY-0004", "level": "A1" }).to_string()).await;
+    let no_nonce = app
+        .post_raw(&format!("/api/events/{EVENT}/bookings"), json!({ "code": "NOBODY-0004", "level": "A1" }).to_string())
+        .await;
     assert_eq!(no_nonce.status, 400);
     assert_eq!(book_from(&app, "CODE-00001", None).await.2["status"], "already_admitted");
 
@@ -46,11 +52,16 @@ async fn code_revealing_refusals_are_limited_per_address_and_valid_attempts_neve
 
 #[tokio::test]
 async fn forwarded_for_names_the_client_only_behind_a_trusted_proxy() {
-    let trusted = EdgeSettings { refusal_rate_per_minute: 1, trusted_proxies: vec![parse_trusted_proxy("127.0.0.1").unwrap()] };
+    let trusted =
+        EdgeSettings { refusal_rate_per_minute: 1, trusted_proxies: vec![parse_trusted_proxy("127.0.0.1").unwrap()] };
     let app = spawn_app(AppOptions { edge: trusted, ..Default::default() }).await;
     assert_eq!(book_from(&app, "NOBODY-0001", Some("198.51.100.1")).await.0, 403);
     assert_eq!(book_from(&app, "NOBODY-0002", Some("198.51.100.1")).await.0, 429);
-    assert_eq!(book_from(&app, "NOBODY-0003", Some("198.51.100.2")).await.0, 403, "another client behind the same proxy");
+    assert_eq!(
+        book_from(&app, "NOBODY-0003", Some("198.51.100.2")).await.0,
+        403,
+        "another client behind the same proxy"
+    );
 
     let untrusted = EdgeSettings { refusal_rate_per_minute: 1, trusted_proxies: vec![] };
     let app = spawn_app(AppOptions { edge: untrusted, ..Default::default() }).await;
@@ -60,7 +71,11 @@ async fn forwarded_for_names_the_client_only_behind_a_trusted_proxy() {
 
 #[tokio::test]
 async fn zero_per_minute_turns_the_limit_off() {
-    let app = spawn_app(AppOptions { edge: EdgeSettings { refusal_rate_per_minute: 0, ..Default::default() }, ..Default::default() }).await;
+    let app = spawn_app(AppOptions {
+        edge: EdgeSettings { refusal_rate_per_minute: 0, ..Default::default() },
+        ..Default::default()
+    })
+    .await;
     for i in 0..40 {
         assert_eq!(book_from(&app, &format!("NOBODY-{i:04}"), None).await.0, 403);
     }

@@ -48,7 +48,10 @@ async fn rebuilding_bookings_keeps_every_row_and_every_guard() {
         }
     }
     sqlx::migrate::Migrator::new(earlier.path()).await.unwrap().run(&pool).await.unwrap();
-    sqlx::query("INSERT INTO events (id, total_seats, hold_seconds, state) VALUES ('exam', 10, 900, 'open')").execute(&pool).await.unwrap();
+    sqlx::query("INSERT INTO events (id, total_seats, hold_seconds, state) VALUES ('exam', 10, 900, 'open')")
+        .execute(&pool)
+        .await
+        .unwrap();
     sqlx::query("INSERT INTO levels (event_id, name, cap) VALUES ('exam', 'A1', 10)").execute(&pool).await.unwrap();
     for (i, state) in ["held", "paid", "released"].iter().enumerate() {
         sqlx::query("INSERT INTO bookings (event_id, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms, updated_ms, redis_synced)
@@ -63,7 +66,10 @@ async fn rebuilding_bookings_keeps_every_row_and_every_guard() {
             .await
             .unwrap();
     }
-    sqlx::query("INSERT INTO released_admissions (event_id, admission_id) VALUES ('exam', 'admission-2')").execute(&pool).await.unwrap();
+    sqlx::query("INSERT INTO released_admissions (event_id, admission_id) VALUES ('exam', 'admission-2')")
+        .execute(&pool)
+        .await
+        .unwrap();
     let before = rows(&pool).await;
     assert_eq!(before.len(), 3);
 
@@ -73,8 +79,19 @@ async fn rebuilding_bookings_keeps_every_row_and_every_guard() {
     assert!(applied >= REBUILD, "migration {REBUILD} ran (last applied: {applied})");
     assert_eq!(rows(&pool).await, before, "every booking row as it was");
 
-    let objects = column(&pool, "SELECT name FROM sqlite_schema WHERE tbl_name = 'bookings' AND type IN ('index', 'trigger') ORDER BY name", 0).await;
-    for name in ["bookings_hold_expiry", "bookings_never_deleted", "bookings_no_resurrection_update", "bookings_one_holder_per_seat", "bookings_release_unsynced"] {
+    let objects = column(
+        &pool,
+        "SELECT name FROM sqlite_schema WHERE tbl_name = 'bookings' AND type IN ('index', 'trigger') ORDER BY name",
+        0,
+    )
+    .await;
+    for name in [
+        "bookings_hold_expiry",
+        "bookings_never_deleted",
+        "bookings_no_resurrection_update",
+        "bookings_one_holder_per_seat",
+        "bookings_release_unsynced",
+    ] {
         assert!(objects.iter().any(|o| o == name), "{name} is back: {objects:?}");
     }
     let bad_state = refusal(&pool, "INSERT INTO bookings (event_id, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms, updated_ms) VALUES ('exam', 'h', 'n', 'a', 9, 'A1', 'lost', 1, 2, 3)").await;
@@ -86,7 +103,10 @@ async fn rebuilding_bookings_keeps_every_row_and_every_guard() {
     let deleted = refusal(&pool, "DELETE FROM bookings WHERE code_hash = 'hash-2'").await;
     assert!(deleted.contains("never deleted"), "{deleted}");
     // A tombstoned admission cannot take its row back: the update trigger skips the write.
-    sqlx::query("UPDATE bookings SET state = 'held', admission_id = 'admission-2' WHERE code_hash = 'hash-0'").execute(&pool).await.unwrap();
+    sqlx::query("UPDATE bookings SET state = 'held', admission_id = 'admission-2' WHERE code_hash = 'hash-0'")
+        .execute(&pool)
+        .await
+        .unwrap();
     assert_eq!(rows(&pool).await, before, "the tombstone trigger refused the resurrection");
 
     // The point of the rebuild: writing a row (the request path's upsert writes one a booking)

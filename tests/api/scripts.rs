@@ -1,9 +1,9 @@
 //! Each Lua script called directly against a real Redis: replies, guards, and error replies.
 
 use crate::helpers::{nonce, spawn_app, AppOptions};
-use seatrush::domain::nonce::Nonce;
 use seatrush::domain::admission::Admission;
 use seatrush::domain::event::EventId;
+use seatrush::domain::nonce::Nonce;
 use seatrush::fault_hooks::FaultPlan;
 use seatrush::redis_io::keys::EventKeys;
 use seatrush::redis_io::scripts::{admit_replies, decode_attempt, decode_changed, run, AdmitArgs, AdmitReply, Scripts};
@@ -11,7 +11,13 @@ use seatrush::sale::committer::{AckPolicy, AdmitCall, Committed, Committer, Scri
 use std::sync::Arc;
 use std::time::Duration;
 
-async fn admit(app: &crate::helpers::TestApp, code: &str, level: &str, n: &str, id: &str) -> Result<AdmitReply, redis::RedisError> {
+async fn admit(
+    app: &crate::helpers::TestApp,
+    code: &str,
+    level: &str,
+    n: &str,
+    id: &str,
+) -> Result<AdmitReply, redis::RedisError> {
     let scripts = Scripts::new();
     let mut conn = app.sale.link.check().await.unwrap();
     let cmd = scripts.admit_call(&app.keys, &app.hash(code), &Nonce::parse(n).unwrap(), level, id);
@@ -20,7 +26,11 @@ async fn admit(app: &crate::helpers::TestApp, code: &str, level: &str, n: &str, 
 
 async fn back(app: &crate::helpers::TestApp, release: bool, adm: &Admission) -> bool {
     let scripts = Scripts::new();
-    let (script, call) = if release { (&scripts.release, scripts.release_call(&app.keys, adm)) } else { (&scripts.undo, scripts.undo_call(&app.keys, adm)) };
+    let (script, call) = if release {
+        (&scripts.release, scripts.release_call(&app.keys, adm))
+    } else {
+        (&scripts.undo, scripts.undo_call(&app.keys, adm))
+    };
     let mut conn = app.sale.link.check().await.unwrap();
     decode_changed(run(&mut conn, script, &call).await.unwrap()).unwrap()
 }
@@ -32,7 +42,9 @@ fn admission(app: &crate::helpers::TestApp, code: &str, n: &str, reply: &AdmitRe
 
 #[tokio::test]
 async fn admit_returns_each_documented_reply_in_check_order() {
-    let app = spawn_app(AppOptions { seats: 2, levels: vec![("A1", 1), ("B1", 2)], replica: false, ..Default::default() }).await;
+    let app =
+        spawn_app(AppOptions { seats: 2, levels: vec![("A1", 1), ("B1", 2)], replica: false, ..Default::default() })
+            .await;
     let n = nonce("n");
     let first = admit(&app, "CODE-00001", "A1", &n, "id-1").await.unwrap();
     assert!(matches!(&first, AdmitReply::Admitted { slot: 1, admission, .. } if admission == "id-1"));
@@ -40,7 +52,10 @@ async fn admit_returns_each_documented_reply_in_check_order() {
     assert_eq!(admit(&app, "CODE-00001", "B1", &n, "id-2").await.unwrap(), first);
     assert_eq!(admit(&app, "CODE-00001", "A1", &nonce("m"), "id-3").await.unwrap(), AdmitReply::AlreadyAdmitted);
     assert_eq!(admit(&app, "CODE-00002", "A1", &nonce("m"), "id-4").await.unwrap(), AdmitReply::LevelFull);
-    assert!(matches!(admit(&app, "CODE-00002", "B1", &nonce("m"), "id-5").await.unwrap(), AdmitReply::Admitted { slot: 2, .. }));
+    assert!(matches!(
+        admit(&app, "CODE-00002", "B1", &nonce("m"), "id-5").await.unwrap(),
+        AdmitReply::Admitted { slot: 2, .. }
+    ));
     assert_eq!(admit(&app, "CODE-00003", "B1", &nonce("m"), "id-6").await.unwrap(), AdmitReply::SoldOut);
     let err = admit(&app, "CODE-00003", "ZZ", &nonce("m"), "id-7").await.unwrap_err();
     assert!(err.to_string().contains("unknown level"), "{err}");
@@ -71,7 +86,10 @@ async fn undo_needs_the_same_nonce_and_admission_and_a_pending_entry() {
     assert!(!back(&app, false, &other_id).await);
     let scripts = Scripts::new();
     let mut conn = app.sale.link.check().await.unwrap();
-    assert!(decode_changed(run(&mut conn, &scripts.persisted, &scripts.persisted_call(&app.keys, &adm)).await.unwrap()).unwrap());
+    assert!(decode_changed(
+        run(&mut conn, &scripts.persisted, &scripts.persisted_call(&app.keys, &adm)).await.unwrap()
+    )
+    .unwrap());
     assert!(!back(&app, false, &adm).await, "a persisted admission is not undone; only release returns it");
     assert!(back(&app, true, &adm).await);
     assert!(!back(&app, true, &adm).await, "the second release is a no-op");
@@ -129,7 +147,10 @@ async fn one_persisted_call_marks_a_batch_and_only_the_admissions_it_names() {
     assert_eq!(dropped, 2, "one drop each for admissions 0 and 3; the repeat of 3 finds its entry gone");
     let left = pending(&app).await;
     assert_eq!(left.len(), 2, "{left:?}");
-    assert!(left.contains(&admitted[1].code.as_str().to_string()) && left.contains(&admitted[2].code.as_str().to_string()), "{left:?}");
+    assert!(
+        left.contains(&admitted[1].code.as_str().to_string()) && left.contains(&admitted[2].code.as_str().to_string()),
+        "{left:?}"
+    );
     // Marked admissions are no longer undone; the ones the batch left are.
     assert!(!back(&app, false, &admitted[0]).await);
     assert!(back(&app, false, &admitted[1]).await);
@@ -143,7 +164,9 @@ async fn pending(app: &crate::helpers::TestApp) -> Vec<String> {
 #[tokio::test]
 async fn one_admit_call_decides_each_attempt_as_a_call_of_its_own_would() {
     // The attempts of `admit_returns_each_documented_reply_in_check_order`, in one call.
-    let app = spawn_app(AppOptions { seats: 2, levels: vec![("A1", 1), ("B1", 2)], replica: false, ..Default::default() }).await;
+    let app =
+        spawn_app(AppOptions { seats: 2, levels: vec![("A1", 1), ("B1", 2)], replica: false, ..Default::default() })
+            .await;
     let nonces = [Nonce::parse(&nonce("n")).unwrap(), Nonce::parse(&nonce("m")).unwrap()];
     let codes = ["CODE-00001", "CODE-00002", "CODE-00003"].map(|c| app.hash(c));
     // (code, nonce, level, admission id, retry-only)
@@ -160,7 +183,13 @@ async fn one_admit_call_decides_each_attempt_as_a_call_of_its_own_would() {
     let scripts = Scripts::new();
     let call = scripts.admit_batch_call(
         &app.keys,
-        attempts.iter().map(|&(c, n, level, admission, retry_only)| AdmitArgs { code: &codes[c], nonce: &nonces[n], level, admission, retry_only }),
+        attempts.iter().map(|&(c, n, level, admission, retry_only)| AdmitArgs {
+            code: &codes[c],
+            nonce: &nonces[n],
+            level,
+            admission,
+            retry_only,
+        }),
     );
     let mut conn = app.sale.link.check().await.unwrap();
     scripts.admit.load_cmd().query_async::<String>(&mut conn).await.unwrap();
@@ -169,7 +198,8 @@ async fn one_admit_call_decides_each_attempt_as_a_call_of_its_own_would() {
     let mut pipe = redis::pipe();
     pipe.ignore_errors().add_command(call);
     let mut values: Vec<redis::Value> = pipe.query_async(&mut conn).await.unwrap();
-    let replies: Vec<_> = admit_replies(values.pop().unwrap(), attempts.len()).into_iter().map(decode_attempt).collect();
+    let replies: Vec<_> =
+        admit_replies(values.pop().unwrap(), attempts.len()).into_iter().map(decode_attempt).collect();
     let first = replies[0].as_ref().unwrap().clone();
     assert!(matches!(&first, AdmitReply::Admitted { slot: 1, admission, .. } if admission == "id-1"), "{replies:?}");
     assert_eq!(replies[1].as_ref().unwrap(), &first, "the same nonce gets the original, within the call too");
@@ -177,7 +207,10 @@ async fn one_admit_call_decides_each_attempt_as_a_call_of_its_own_would() {
     let err = replies[3].as_ref().unwrap_err();
     assert!(err.to_string().contains("unknown level"), "the unknown level is its attempt's error alone: {err}");
     assert_eq!(replies[4].as_ref().unwrap(), &AdmitReply::LevelFull);
-    assert!(matches!(replies[5].as_ref().unwrap(), AdmitReply::Admitted { slot: 2, admission, .. } if admission == "id-6"), "{replies:?}");
+    assert!(
+        matches!(replies[5].as_ref().unwrap(), AdmitReply::Admitted { slot: 2, admission, .. } if admission == "id-6"),
+        "{replies:?}"
+    );
     assert_eq!(replies[6].as_ref().unwrap(), &AdmitReply::NotARetry);
     assert_eq!(replies[7].as_ref().unwrap(), &AdmitReply::SoldOut);
     let state = app.redis_state();
@@ -193,9 +226,15 @@ async fn a_malformed_admit_call_is_refused_whole_and_writes_nothing() {
     let mut conn = app.sale.link.check().await.unwrap();
     let keys = [&app.keys.adm, &app.keys.taken, &app.keys.cap, &app.keys.free, &app.keys.pending];
     let code = app.hash("CODE-00001");
-    for args in [vec![code.as_str(), "nonce-aaaaaaaa", "A1", "id-1"], vec![code.as_str(), "nonce-aaaaaaaa", "A1", "id-1", "maybe"]] {
+    for args in [
+        vec![code.as_str(), "nonce-aaaaaaaa", "A1", "id-1"],
+        vec![code.as_str(), "nonce-aaaaaaaa", "A1", "id-1", "maybe"],
+    ] {
         let mut call = redis::cmd("EVALSHA");
-        call.arg(redis::Script::new(include_str!("../../lua/admit.lua")).get_hash()).arg(keys.len()).arg(&keys[..]).arg(&args[..]);
+        call.arg(redis::Script::new(include_str!("../../lua/admit.lua")).get_hash())
+            .arg(keys.len())
+            .arg(&keys[..])
+            .arg(&args[..]);
         let err = run(&mut conn, &scripts.admit, &call).await.unwrap_err();
         assert!(err.to_string().contains("admit"), "{args:?}: {err}");
     }
@@ -204,7 +243,9 @@ async fn a_malformed_admit_call_is_refused_whole_and_writes_nothing() {
 
 #[tokio::test]
 async fn a_committer_round_sends_one_admit_call_per_event() {
-    let app = spawn_app(AppOptions { seats: 10, levels: vec![("A1", 5), ("B1", 8)], replica: false, ..Default::default() }).await;
+    let app =
+        spawn_app(AppOptions { seats: 10, levels: vec![("A1", 5), ("B1", 8)], replica: false, ..Default::default() })
+            .await;
     // A second event, straight into Redis: three seats, one level with room for ten.
     let other = Arc::new(EventKeys::new(&EventId::parse("other-event").unwrap()));
     app.redis::<()>(redis::cmd("HSET").arg(&other.cap).arg("A1").arg(10));
@@ -220,7 +261,9 @@ async fn a_committer_round_sends_one_admit_call_per_event() {
         admission_id: format!("id-{i}"),
         retry_only: false,
     };
-    let calls: Vec<AdmitCall> = (1..=12).map(|i| if i % 2 == 0 { call(&mine, i, "A1") } else { call(&other, i, if i == 7 { "ZZ" } else { "A1" }) }).collect();
+    let calls: Vec<AdmitCall> = (1..=12)
+        .map(|i| if i % 2 == 0 { call(&mine, i, "A1") } else { call(&other, i, if i == 7 { "ZZ" } else { "A1" }) })
+        .collect();
     let evalsha_calls = |app: &crate::helpers::TestApp| command_calls(app, "evalsha");
     let mut conn = app.sale.link.check().await.unwrap();
     Scripts::new().admit.load_cmd().query_async::<String>(&mut conn).await.unwrap();
@@ -248,7 +291,10 @@ async fn a_committer_round_sends_one_admit_call_per_event() {
 fn command_calls(app: &crate::helpers::TestApp, command: &str) -> i64 {
     let info: String = app.redis(redis::cmd("INFO").arg("commandstats"));
     let prefix = format!("cmdstat_{command}:calls=");
-    info.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|l| l.split(',').next()).map_or(0, |n| n.parse().unwrap())
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|l| l.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
 }
 
 #[tokio::test]

@@ -14,7 +14,10 @@ async fn raw_codes_never_reach_redis_the_database_or_the_logs() {
         ("SEATRUSH_OPERATOR_TOKEN".to_owned(), OPERATOR_TOKEN.to_owned()),
         ("SEATRUSH_LOG".to_owned(), "trace".to_owned()),
     ];
-    let fleet = Fleet::start(ServeSpec { bin: env!("CARGO_BIN_EXE_seatrush").into(), env, log_dir: logs.path().into() }, 1).await.unwrap();
+    let fleet =
+        Fleet::start(ServeSpec { bin: env!("CARGO_BIN_EXE_seatrush").into(), env, log_dir: logs.path().into() }, 1)
+            .await
+            .unwrap();
     let base = &fleet.urls()[0];
     let client = reqwest::Client::new();
     let book = |code: &str, level: &str| {
@@ -25,9 +28,19 @@ async fn raw_codes_never_reach_redis_the_database_or_the_logs() {
     assert_eq!(book("CODE-00001", "B1").await.unwrap().status(), 409);
     assert_eq!(book("CODE-00002", "ZZ").await.unwrap().status(), 400);
     assert_eq!(book("NOT-REGISTERED-9", "A1").await.unwrap().status(), 403);
-    let pay = client.post(format!("{base}/api/events/{EVENT}/bookings/code-00001/payment")).bearer_auth(OPERATOR_TOKEN).send().await.unwrap();
+    let pay = client
+        .post(format!("{base}/api/events/{EVENT}/bookings/code-00001/payment"))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(pay.status(), 200);
-    let cancel = client.post(format!("{base}/api/events/{EVENT}/bookings/CODE-00001/cancel")).bearer_auth(OPERATOR_TOKEN).send().await.unwrap();
+    let cancel = client
+        .post(format!("{base}/api/events/{EVENT}/bookings/CODE-00001/cancel"))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(cancel.status(), 200);
     fleet.shutdown().await;
 

@@ -29,6 +29,15 @@ pub async fn assert_accessible(browser: &Browser, state: &str) {
             json!([]),
         )
         .await;
-    let grave: Vec<&Value> = violations.as_array().expect("axe answers a list").iter().filter(|v| v["impact"] == "serious" || v["impact"] == "critical").collect();
-    assert!(grave.is_empty(), "axe-core: serious or critical violations in the {state} state:\n{}", serde_json::to_string_pretty(&grave).unwrap());
+    let grave: Vec<&Value> = violations
+        .as_array()
+        .expect("axe answers a list")
+        .iter()
+        .filter(|v| v["impact"] == "serious" || v["impact"] == "critical")
+        .collect();
+    assert!(
+        grave.is_empty(),
+        "axe-core: serious or critical violations in the {state} state:\n{}",
+        serde_json::to_string_pretty(&grave).unwrap()
+    );
 }

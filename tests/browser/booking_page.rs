@@ -102,7 +102,12 @@ async fn every_other_final_answer_is_said_in_plain_words() {
     ];
     for (i, (code, level, expected)) in cases.into_iter().enumerate() {
         // Clear the previous answer so the wait below sees this one.
-        browser.eval("document.getElementById('result').className = ''; document.getElementById('result').textContent = '';", json!([])).await;
+        browser
+            .eval(
+                "document.getElementById('result').className = ''; document.getElementById('result').textContent = '';",
+                json!([]),
+            )
+            .await;
         book(&browser, code, level).await;
         let said = browser.wait_for_text("#result.bad", expected).await;
         assert!(said.starts_with(expected), "{code}: {said}");

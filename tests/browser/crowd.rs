@@ -36,14 +36,26 @@ async fn the_page_counts_down_by_the_servers_clock_and_opens_at_the_opening_seco
     // still be running when the page shows.
     let browser = Browser::start(Screen::Phone).await;
     let opens_at_ms = now_ms() + 12_000;
-    let app = spawn_app(AppOptions { opens_at_ms: Some(opens_at_ms), closes_at_ms: Some(opens_at_ms + 3 * 3_600_000), ..Default::default() }).await;
+    let app = spawn_app(AppOptions {
+        opens_at_ms: Some(opens_at_ms),
+        closes_at_ms: Some(opens_at_ms + 3 * 3_600_000),
+        ..Default::default()
+    })
+    .await;
     // The device's clock runs two hours and 17 seconds slow: by it, the sale would open in two hours.
     browser.before_every_page(&skewed_clock(-(2 * 3_600_000 + 17_000))).await;
     open_booking_page(&app, &browser).await;
-    assert!(browser.eval("return Date.now();", json!([])).await.as_i64().unwrap() < now_ms() - 3_600_000, "the page's clock is skewed");
+    assert!(
+        browser.eval("return Date.now();", json!([])).await.as_i64().unwrap() < now_ms() - 3_600_000,
+        "the page's clock is skewed"
+    );
 
     let countdown = browser.wait_for_text("#countdown", "Opens in").await;
-    let seconds: i64 = countdown.trim_start_matches("Opens in ").trim_end_matches(" s").parse().unwrap_or_else(|_| panic!("{countdown:?}"));
+    let seconds: i64 = countdown
+        .trim_start_matches("Opens in ")
+        .trim_end_matches(" s")
+        .parse()
+        .unwrap_or_else(|_| panic!("{countdown:?}"));
     assert!((1..=12).contains(&seconds), "the countdown follows the server's clock, not the device's: {countdown:?}");
     assert_eq!(browser.eval("return document.getElementById('submit').disabled;", json!([])).await, true);
     browser.wait_for_text("#summary", "The sale opens at").await;
@@ -52,7 +64,11 @@ async fn the_page_counts_down_by_the_servers_clock_and_opens_at_the_opening_seco
 
     browser.wait_until("!document.getElementById('submit').disabled").await;
     let enabled_at = now_ms();
-    assert!(enabled_at >= opens_at_ms - 300, "the button turned on {} ms before the opening second", opens_at_ms - enabled_at);
+    assert!(
+        enabled_at >= opens_at_ms - 300,
+        "the button turned on {} ms before the opening second",
+        opens_at_ms - enabled_at
+    );
     browser.wait_for_text("#summary", "The sale is open").await;
     browser.wait_for_text("#result.ok", "The sale is open: you can book now.").await;
     let closing = browser.wait_for_text("#clock", "Closes at").await;
@@ -80,7 +96,11 @@ async fn a_reload_then_a_second_press_gets_the_same_seat() {
 
     browser.reload().await;
     browser.wait_until("document.querySelectorAll('#level option').length > 0").await;
-    assert_eq!(browser.eval("return document.getElementById('result').textContent;", json!([])).await, "", "a fresh page");
+    assert_eq!(
+        browser.eval("return document.getElementById('result').textContent;", json!([])).await,
+        "",
+        "a fresh page"
+    );
     book(&browser, "CODE-00004", "B1").await;
     let second = browser.wait_for_text("#result.ok", "You have a seat").await;
     browser.screenshot("crowd-6-after-reload").await;
@@ -122,7 +142,12 @@ async fn a_code_that_already_holds_a_seat_is_shown_that_seat() {
             json!([]),
         )
         .await;
-    browser.eval("document.getElementById('result').className = ''; document.getElementById('result').textContent = '';", json!([])).await;
+    browser
+        .eval(
+            "document.getElementById('result').className = ''; document.getElementById('result').textContent = '';",
+            json!([]),
+        )
+        .await;
     book(&browser, "code-00006", "A1").await;
     let said = browser.wait_for_text("#result.ok", "You already hold").await;
     assert_eq!(said, "You already hold a seat with this code. You do not need to book again.");
@@ -130,11 +155,20 @@ async fn a_code_that_already_holds_a_seat_is_shown_that_seat() {
 
 #[tokio::test]
 async fn a_guesser_is_slowed_down_and_told_so_in_plain_words() {
-    let app = spawn_app(AppOptions { edge: EdgeSettings { refusal_rate_per_minute: 2, ..Default::default() }, ..Default::default() }).await;
+    let app = spawn_app(AppOptions {
+        edge: EdgeSettings { refusal_rate_per_minute: 2, ..Default::default() },
+        ..Default::default()
+    })
+    .await;
     let browser = Browser::start(Screen::Phone).await;
     open_booking_page(&app, &browser).await;
     for code in ["NOBODY-0001", "NOBODY-0002"] {
-        browser.eval("document.getElementById('result').className = ''; document.getElementById('result').textContent = '';", json!([])).await;
+        browser
+            .eval(
+                "document.getElementById('result').className = ''; document.getElementById('result').textContent = '';",
+                json!([]),
+            )
+            .await;
         book(&browser, code, "A1").await;
         browser.wait_for_text("#result.bad", "not registered").await;
     }

@@ -11,7 +11,13 @@ const A1_BAR: &str = "svg[data-event=\"exam\"] g[data-level=\"A1\"] title";
 
 #[tokio::test]
 async fn the_dashboard_asks_for_the_token_and_draws_the_sale_as_it_runs() {
-    let app = spawn_app(AppOptions { seats: 40, levels: vec![("A1", 10), ("B1", 25), ("C1", 15)], codes: 60, ..Default::default() }).await;
+    let app = spawn_app(AppOptions {
+        seats: 40,
+        levels: vec![("A1", 10), ("B1", 25), ("C1", 15)],
+        codes: 60,
+        ..Default::default()
+    })
+    .await;
     for code in ["CODE-00001", "CODE-00002", "CODE-00003"] {
         assert_eq!(app.book(code, "A1", &nonce("ops")).await.status, 201);
     }
@@ -19,7 +25,11 @@ async fn the_dashboard_asks_for_the_token_and_draws_the_sale_as_it_runs() {
     let browser = Browser::start(Screen::Desktop { width: 1280, height: 1300 }).await;
     browser.goto(&format!("{}/ops", app.url)).await;
     browser.wait_for_text("#status", "Enter the operator token").await;
-    assert_eq!(browser.eval("return document.getElementById('fill').hidden;", json!([])).await, true, "no data before the token");
+    assert_eq!(
+        browser.eval("return document.getElementById('fill').hidden;", json!([])).await,
+        true,
+        "no data before the token"
+    );
 
     let token = browser.find("#token").await;
     token.send_keys("not-the-token").await;

@@ -85,7 +85,12 @@ impl Browser {
         }
         let driver = cmd.spawn().expect("starting chromedriver");
         let profile = tempfile::Builder::new().prefix("seatrush-chromium-").tempdir().unwrap();
-        let mut browser = Browser { driver, base: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new(), _profile: profile };
+        let mut browser = Browser {
+            driver,
+            base: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::new(),
+            _profile: profile,
+        };
         browser.wait_driver_ready().await;
         browser.open_session(screen).await;
         browser
@@ -109,10 +114,12 @@ impl Browser {
         if let Screen::Phone = screen {
             options["mobileEmulation"] = json!({ "deviceMetrics": { "width": 390, "height": 844, "pixelRatio": 2.0 } });
         }
-        let capabilities = json!({ "capabilities": { "alwaysMatch": { "browserName": "chrome", "goog:chromeOptions": options } } });
+        let capabilities =
+            json!({ "capabilities": { "alwaysMatch": { "browserName": "chrome", "goog:chromeOptions": options } } });
         let r = self.http.post(format!("{}/session", self.base)).json(&capabilities).send().await.unwrap();
         let body: Value = r.json().await.unwrap();
-        let id = body["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("chromedriver refused the session: {body}"));
+        let id =
+            body["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("chromedriver refused the session: {body}"));
         self.base = format!("{}/session/{id}", self.base);
     }
 
@@ -160,7 +167,9 @@ impl Browser {
 
     /// The first element matching `css`.
     pub async fn find(&self, css: &str) -> Element<'_> {
-        let found = self.command(reqwest::Method::POST, "/element", Some(json!({ "using": "css selector", "value": css }))).await;
+        let found = self
+            .command(reqwest::Method::POST, "/element", Some(json!({ "using": "css selector", "value": css })))
+            .await;
         let id = found.as_object().and_then(|o| o.values().next()).and_then(Value::as_str).expect("element reference");
         Element { browser: self, id: id.to_owned() }
     }
@@ -182,7 +191,9 @@ impl Browser {
     /// Waits until the element matching `css` shows `needle` in its text, and returns the text
     /// (as rendered for HTML; the plain text of SVG elements, which have no rendered text).
     pub async fn wait_for_text(&self, css: &str, needle: &str) -> String {
-        let text = format!("(document.querySelector({css:?})?.innerText ?? document.querySelector({css:?})?.textContent ?? '')");
+        let text = format!(
+            "(document.querySelector({css:?})?.innerText ?? document.querySelector({css:?})?.textContent ?? '')"
+        );
         self.wait_until(&format!("{text}.includes({needle:?})")).await;
         self.eval(&format!("return {text};"), json!([])).await.as_str().unwrap_or("").to_owned()
     }

@@ -43,9 +43,12 @@ pub enum Pc {
 impl Pc {
     /// The database has decided a 201 and the request is on its way to answering it.
     pub fn answering_admitted(&self) -> bool {
-        matches!(self, Pc::Persist { answer: Answer::Admitted(_), .. }
-            | Pc::Settle { answer: Answer::Admitted(_), .. }
-            | Pc::Undo { answer: Answer::Admitted(_), .. })
+        matches!(
+            self,
+            Pc::Persist { answer: Answer::Admitted(_), .. }
+                | Pc::Settle { answer: Answer::Admitted(_), .. }
+                | Pc::Undo { answer: Answer::Admitted(_), .. }
+        )
     }
 }
 
@@ -79,17 +82,41 @@ pub struct Client {
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Task {
     /// Reaper: `claim_released`, then undo.lua or persisted.lua.
-    ReapClaim { code: u8, adm: Record },
-    ReapUndo { code: u8, adm: Record },
-    ReapPersisted { code: u8, adm: Record },
+    ReapClaim {
+        code: u8,
+        adm: Record,
+    },
+    ReapUndo {
+        code: u8,
+        adm: Record,
+    },
+    ReapPersisted {
+        code: u8,
+        adm: Record,
+    },
     /// Expiry: the conditional release of a listed hold.
-    Expire { code: u8, aid: u8 },
+    Expire {
+        code: u8,
+        aid: u8,
+    },
     /// Cancel: release the row's current admission.
-    Cancel { code: u8 },
+    Cancel {
+        code: u8,
+    },
     /// Release in Redis: release.lua, `WAIT` on the same connection, mark synced.
-    ReleaseScript { code: u8, adm: Record },
-    ReleaseWait { code: u8, adm: Record, epoch: u8 },
-    MarkSynced { code: u8, aid: u8 },
+    ReleaseScript {
+        code: u8,
+        adm: Record,
+    },
+    ReleaseWait {
+        code: u8,
+        adm: Record,
+        epoch: u8,
+    },
+    MarkSynced {
+        code: u8,
+        aid: u8,
+    },
 }
 
 /// The stages of a serve's background pass, in the order `background_pass` runs them; each

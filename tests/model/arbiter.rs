@@ -42,7 +42,9 @@ impl Row {
 pub enum HoldOutcome {
     Held,
     /// A retry: this admission already holds the row.
-    AlreadyHeld { expired: bool },
+    AlreadyHeld {
+        expired: bool,
+    },
     /// Another admission of this code, with this very nonce, holds the row (Redis lost the first).
     SameNonceHolds(Row),
     /// The row says released for this admission: an undo claimed it first.
@@ -122,7 +124,12 @@ impl Db {
         }
         if self.may_write(code, adm.aid) {
             let others = |r: &&Row| r.holds_seat();
-            if self.rows.iter().enumerate().any(|(c, r)| c != code as usize && r.as_ref().filter(others).is_some_and(|r| r.slot == adm.slot)) {
+            if self
+                .rows
+                .iter()
+                .enumerate()
+                .any(|(c, r)| c != code as usize && r.as_ref().filter(others).is_some_and(|r| r.slot == adm.slot))
+            {
                 return HoldOutcome::SeatTaken;
             }
             if self.holders(adm.level) >= caps[adm.level as usize] as usize {
@@ -132,14 +139,21 @@ impl Db {
                 return HoldOutcome::SoldOut;
             }
             self.rows[code as usize] = Some(Row {
-                nonce: adm.nonce, aid: adm.aid, slot: adm.slot, level: adm.level,
-                state: RowState::Held, expired: false, synced: true,
+                nonce: adm.nonce,
+                aid: adm.aid,
+                slot: adm.slot,
+                level: adm.level,
+                state: RowState::Held,
+                expired: false,
+                synced: true,
             });
             return HoldOutcome::Held;
         }
         let row = self.rows[code as usize].expect("may_write is true without a row");
         match row {
-            r if r.aid == adm.aid && r.holds_seat() => HoldOutcome::AlreadyHeld { expired: r.expired && r.state == RowState::Held },
+            r if r.aid == adm.aid && r.holds_seat() => {
+                HoldOutcome::AlreadyHeld { expired: r.expired && r.state == RowState::Held }
+            }
             r if r.aid == adm.aid => HoldOutcome::ReaperWon,
             r if r.nonce == adm.nonce => HoldOutcome::SameNonceHolds(r),
             // A released row of another admission is always overwritten by `hold`.
@@ -165,8 +179,13 @@ impl Db {
             },
             Arbiter::RowUpsert if self.may_write(code, adm.aid) => {
                 self.rows[code as usize] = Some(Row {
-                    nonce: adm.nonce, aid: adm.aid, slot: adm.slot, level: adm.level,
-                    state: RowState::Released, expired: false, synced: true,
+                    nonce: adm.nonce,
+                    aid: adm.aid,
+                    slot: adm.slot,
+                    level: adm.level,
+                    state: RowState::Released,
+                    expired: false,
+                    synced: true,
                 });
                 ClaimOutcome::Released
             }

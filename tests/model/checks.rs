@@ -55,7 +55,11 @@ fn threads() -> usize {
 fn check_all(model: SeatRush, label: &str) {
     let started = Instant::now();
     let mut out = std::io::stdout();
-    let checker = model.checker().threads(threads()).spawn_bfs().join_and_report(&mut stateright::report::WriteReporter::new(&mut out));
+    let checker = model
+        .checker()
+        .threads(threads())
+        .spawn_bfs()
+        .join_and_report(&mut stateright::report::WriteReporter::new(&mut out));
     println!(
         "{label}: {} states ({} unique), max depth {}, {:.1} s",
         checker.state_count(),
@@ -127,17 +131,26 @@ fn old_undo_guard_loses_a_held_seat() {
 
 #[test]
 fn release_without_wait_leaks_a_seat_after_failover() {
-    find_counterexample(switched(Switches { release_without_wait: true, ..Switches::default() }), "release_without_wait");
+    find_counterexample(
+        switched(Switches { release_without_wait: true, ..Switches::default() }),
+        "release_without_wait",
+    );
 }
 
 #[test]
 fn release_without_write_leaks_a_seat_after_failover() {
-    find_counterexample(switched(Switches { release_without_write: true, ..Switches::default() }), "release_without_write");
+    find_counterexample(
+        switched(Switches { release_without_write: true, ..Switches::default() }),
+        "release_without_write",
+    );
 }
 
 #[test]
 fn claim_overwriting_an_unsynced_release_loses_it_in_a_failover() {
-    find_counterexample(switched(Switches { claim_overwrites_row: true, ..Switches::default() }), "claim_overwrites_row");
+    find_counterexample(
+        switched(Switches { claim_overwrites_row: true, ..Switches::default() }),
+        "claim_overwrites_row",
+    );
 }
 
 #[test]
@@ -154,7 +167,8 @@ fn probe_a_bound() {
     let spec = std::env::var("MODEL_PROBE").unwrap_or_else(|_| "2 1 1 1 1 2 0 0 0 1".into());
     let n: Vec<u8> = spec.split_whitespace().map(|x| x.parse().expect("numbers")).collect();
     // Client 0 may get its own budget: MODEL_PROBE_FIRST="requests nonces".
-    let first: Vec<u8> = std::env::var("MODEL_PROBE_FIRST").map_or(vec![n[1], n[2]], |f| f.split_whitespace().map(|x| x.parse().expect("numbers")).collect());
+    let first: Vec<u8> = std::env::var("MODEL_PROBE_FIRST")
+        .map_or(vec![n[1], n[2]], |f| f.split_whitespace().map(|x| x.parse().expect("numbers")).collect());
     let bounds = Bounds {
         seats: 2,
         caps: vec![1, 1],

@@ -34,7 +34,15 @@ struct Keys {
 impl Keys {
     fn new(conn: redis::Connection, tag: &str) -> Self {
         let key = |name: &str| format!("{{model-{tag}}}:{name}");
-        Keys { conn, adm: key("adm"), taken: key("taken"), cap: key("cap"), free: key("free"), pending: key("pending"), syncs: key("syncs") }
+        Keys {
+            conn,
+            adm: key("adm"),
+            taken: key("taken"),
+            cap: key("cap"),
+            free: key("free"),
+            pending: key("pending"),
+            syncs: key("syncs"),
+        }
     }
 
     fn all(&self) -> [&str; 6] {
@@ -69,7 +77,12 @@ fn random_state(rng: &mut StdRng, held: f64) -> (Redis, Vec<u8>) {
     redis.free = rng.random_range(0..(1u16 << seats));
     for c in 0..CODES {
         if rng.random_bool(held) {
-            let record = Record { nonce: rng.random_range(0..2), aid: rng.random_range(0..3), slot: rng.random_range(1..=seats), level: rng.random_range(0..LEVELS) };
+            let record = Record {
+                nonce: rng.random_range(0..2),
+                aid: rng.random_range(0..3),
+                slot: rng.random_range(1..=seats),
+                level: rng.random_range(0..LEVELS),
+            };
             redis.records[c as usize] = Some(record);
             redis.taken[record.level as usize] += 1;
             if rng.random_bool(0.6) {
@@ -113,7 +126,13 @@ fn a_batch_of_admits_decides_as_the_admits_one_after_another() {
         let (before, caps) = random_state(&mut rng, 0.15);
         let attempts = rng.random_range(2..=4);
         let calls: Vec<Call> = (0..attempts)
-            .map(|a| Call::Admit { code: rng.random_range(0..CODES), nonce: rng.random_range(0..2), level: rng.random_range(0..=LEVELS), aid: 4 + a, retry_only: rng.random_bool(0.1) })
+            .map(|a| Call::Admit {
+                code: rng.random_range(0..CODES),
+                nonce: rng.random_range(0..2),
+                level: rng.random_range(0..=LEVELS),
+                aid: 4 + a,
+                retry_only: rng.random_bool(0.1),
+            })
             .collect();
         let mut model = before.clone();
         load(&mut keys, &before, &caps);
@@ -150,7 +169,13 @@ fn random_calls(rng: &mut StdRng) -> Vec<Call> {
     let attempts = rng.random_range(2..=4);
     while calls.len() < attempts {
         let code = rng.random_range(0..CODES);
-        calls.push(Call::Admit { code, nonce: rng.random_range(0..2), level: rng.random_range(0..=LEVELS), aid: 7, retry_only: rng.random_bool(0.2) });
+        calls.push(Call::Admit {
+            code,
+            nonce: rng.random_range(0..2),
+            level: rng.random_range(0..=LEVELS),
+            aid: 7,
+            retry_only: rng.random_bool(0.2),
+        });
     }
     calls
 }
@@ -187,7 +212,9 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
         Call::Admit { .. } => {
             let mut args = Vec::new();
             for call in calls {
-                let Call::Admit { code: c, nonce, level: l, aid, retry_only } = *call else { panic!("a batch of admits only: {calls:?}") };
+                let Call::Admit { code: c, nonce, level: l, aid, retry_only } = *call else {
+                    panic!("a batch of admits only: {calls:?}")
+                };
                 let mode = if retry_only { "retry-only" } else { "admit" };
                 args.extend([code(c), format!("n{nonce}"), level(l), format!("a{aid}"), mode.into()]);
             }
@@ -205,7 +232,9 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
             vec![&keys.adm, &keys.taken, &keys.free, &keys.pending, &keys.syncs],
             vec![code(c), format!("n{nonce}"), format!("a{aid}")],
         ),
-        Call::Persisted { code: c, nonce, aid } => (PERSISTED, vec![&keys.adm, &keys.pending], vec![code(c), format!("n{nonce}"), format!("a{aid}")]),
+        Call::Persisted { code: c, nonce, aid } => {
+            (PERSISTED, vec![&keys.adm, &keys.pending], vec![code(c), format!("n{nonce}"), format!("a{aid}")])
+        }
     };
     // A pipeline that keeps error replies as values: a plain query turns an attempt's error inside
     // admit's array into an error for the whole call.
@@ -234,18 +263,28 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
 /// The keyspace read back into the model's shape.
 fn read_back(keys: &mut Keys) -> Redis {
     let adm: Vec<(String, String)> = redis::cmd("HGETALL").arg(&keys.adm).query(&mut keys.conn).expect("HGETALL adm");
-    let taken: Vec<(String, i64)> = redis::cmd("HGETALL").arg(&keys.taken).query(&mut keys.conn).expect("HGETALL taken");
+    let taken: Vec<(String, i64)> =
+        redis::cmd("HGETALL").arg(&keys.taken).query(&mut keys.conn).expect("HGETALL taken");
     let free: Vec<u8> = redis::cmd("ZRANGE").arg(&keys.free).arg(0).arg(-1).query(&mut keys.conn).expect("ZRANGE free");
-    let pending: Vec<String> = redis::cmd("ZRANGE").arg(&keys.pending).arg(0).arg(-1).query(&mut keys.conn).expect("ZRANGE pending");
-    let code_of = |name: &str| name.strip_prefix("code").and_then(|n| n.parse::<u8>().ok()).expect("a code this test wrote");
+    let pending: Vec<String> =
+        redis::cmd("ZRANGE").arg(&keys.pending).arg(0).arg(-1).query(&mut keys.conn).expect("ZRANGE pending");
+    let code_of =
+        |name: &str| name.strip_prefix("code").and_then(|n| n.parse::<u8>().ok()).expect("a code this test wrote");
     let mut redis = Redis::opened(CODES as usize, LEVELS as usize, 1);
     redis.free = free.iter().fold(0, |bits, &seat| bits | 1 << (seat - 1));
     redis.pending = pending.iter().fold(0, |bits, c| bits | 1 << code_of(c));
     for (name, text) in adm {
         let parts: Vec<&str> = text.split(' ').collect();
         assert_eq!(parts.len(), 5, "record {text:?}");
-        let number = |p: &str, prefix: &str| p.strip_prefix(prefix).and_then(|n| n.parse::<u8>().ok()).unwrap_or_else(|| panic!("record {text:?}"));
-        let record = Record { nonce: number(parts[0], "n"), aid: number(parts[1], "a"), slot: number(parts[2], ""), level: number(parts[3], "L") };
+        let number = |p: &str, prefix: &str| {
+            p.strip_prefix(prefix).and_then(|n| n.parse::<u8>().ok()).unwrap_or_else(|| panic!("record {text:?}"))
+        };
+        let record = Record {
+            nonce: number(parts[0], "n"),
+            aid: number(parts[1], "a"),
+            slot: number(parts[2], ""),
+            level: number(parts[3], "L"),
+        };
         redis.records[code_of(&name) as usize] = Some(record);
     }
     for (name, count) in taken {
@@ -256,7 +295,11 @@ fn read_back(keys: &mut Keys) -> Redis {
 }
 
 /// The real reply in the model's words: admit's reply, or the 0/1 of the others.
-fn expected_reply(model_reply: Option<AdmitReply>, changed: bool, real: redis::RedisResult<Value>) -> Result<(), String> {
+fn expected_reply(
+    model_reply: Option<AdmitReply>,
+    changed: bool,
+    real: redis::RedisResult<Value>,
+) -> Result<(), String> {
     match (model_reply, real) {
         (Some(AdmitReply::UnknownLevel), Err(e)) if e.to_string().contains("unknown level") => Ok(()),
         (Some(AdmitReply::AlreadyAdmitted), Ok(Value::Int(-1))) => Ok(()),
@@ -268,8 +311,14 @@ fn expected_reply(model_reply: Option<AdmitReply>, changed: bool, real: redis::R
                 Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
                 other => format!("{other:?}"),
             };
-            let same = items[0] == Value::Int(r.slot as i64) && text(&items[2]) == format!("a{}", r.aid) && text(&items[3]) == level(r.level);
-            if same { Ok(()) } else { Err(format!("model {r:?}, real {items:?}")) }
+            let same = items[0] == Value::Int(r.slot as i64)
+                && text(&items[2]) == format!("a{}", r.aid)
+                && text(&items[3]) == level(r.level);
+            if same {
+                Ok(())
+            } else {
+                Err(format!("model {r:?}, real {items:?}"))
+            }
         }
         (None, Ok(Value::Int(n))) if n == changed as i64 => Ok(()),
         (model, real) => Err(format!("model {model:?} (changed {changed}), real {real:?}")),

@@ -10,13 +10,19 @@ use stateright::Property;
 
 pub fn all() -> Vec<Property<SeatRush>> {
     vec![
-        Property::always("no oversell in Redis", |m, s: &State| redis_within_caps(m, &s.redis.primary) && redis_within_caps(m, &s.redis.replica)),
+        Property::always("no oversell in Redis", |m, s: &State| {
+            redis_within_caps(m, &s.redis.primary) && redis_within_caps(m, &s.redis.replica)
+        }),
         Property::always("no oversell in the database", db_within_caps),
         Property::always("one seat per code", one_admission_per_code),
         Property::always("a client told 201 holds its seat", told_201_holds),
         Property::always("no 201 for a hold that ran out", |_, s: &State| !s.ghost.expired_201),
-        Property::always("at quiescence Redis matches the database", |m, s: &State| !quiescent(s) || counters_match(m, &drain(m, s))),
-        Property::always("at quiescence no final refusal holds a seat", |m, s: &State| !quiescent(s) || refusals_hold_nothing(&drain(m, s))),
+        Property::always("at quiescence Redis matches the database", |m, s: &State| {
+            !quiescent(s) || counters_match(m, &drain(m, s))
+        }),
+        Property::always("at quiescence no final refusal holds a seat", |m, s: &State| {
+            !quiescent(s) || refusals_hold_nothing(&drain(m, s))
+        }),
         // Reachability: the bound is big enough to reach what the protocol is about.
         Property::sometimes("a 201 is answered", |_, s: &State| s.ghost.told.iter().any(|&t| t != 0)),
         Property::sometimes("a hold expires and its release is synced", |_, s: &State| {
@@ -55,7 +61,8 @@ fn db_within_caps(m: &SeatRush, s: &State) -> bool {
         }
         slots |= seat;
     }
-    (0..m.caps().len()).all(|l| s.db.holders(l as u8) <= m.caps()[l] as usize) && s.db.seats_held() <= m.bounds.seats as usize
+    (0..m.caps().len()).all(|l| s.db.holders(l as u8) <= m.caps()[l] as usize)
+        && s.db.seats_held() <= m.bounds.seats as usize
 }
 
 /// The database row and the Redis record of a code never name two different admissions that
@@ -72,9 +79,9 @@ fn one_admission_per_code(_: &SeatRush, s: &State) -> bool {
 fn told_201_holds(_: &SeatRush, s: &State) -> bool {
     s.ghost.told.iter().enumerate().all(|(c, &told)| {
         let row = s.db.rows[c];
-        (0..32u8).filter(|&a| told & bit(a) != 0).all(|a| {
-            s.ghost.released_legitimately & bit(a) != 0 || row.is_some_and(|r| r.aid == a && r.holds_seat())
-        })
+        (0..32u8)
+            .filter(|&a| told & bit(a) != 0)
+            .all(|a| s.ghost.released_legitimately & bit(a) != 0 || row.is_some_and(|r| r.aid == a && r.holds_seat()))
     })
 }
 
@@ -106,7 +113,9 @@ pub fn drain(m: &SeatRush, s: &State) -> State {
             }
         }
         for code in 0..s.clients.len() as u8 {
-            let Some(row) = s.db.rows[code as usize].filter(|r| r.state == RowState::Released && !r.synced) else { continue };
+            let Some(row) = s.db.rows[code as usize].filter(|r| r.state == RowState::Released && !r.synced) else {
+                continue;
+            };
             s.redis.run(caps, Call::Release { code, nonce: row.nonce, aid: row.aid }, None, true);
             s.db.mark_synced(code, row.aid);
         }

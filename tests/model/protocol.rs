@@ -102,21 +102,42 @@ pub struct State {
 pub enum Action {
     /// A client sends a booking: a retry of its current nonce, or a fresh nonce. If it was still
     /// waiting for an earlier request, it has given up on it (that request goes on unheard).
-    Book { client: u8, fresh: bool },
+    Book {
+        client: u8,
+        fresh: bool,
+    },
     /// A request takes its next step; `acked` chooses the `WAIT` outcome.
-    Step { request: u8, acked: bool },
+    Step {
+        request: u8,
+        acked: bool,
+    },
     /// A serve starts its background pass: reaper, then hold expiry, then release sync, each
     /// reading its list as it starts.
-    StartPass { serve: u8 },
+    StartPass {
+        serve: u8,
+    },
     /// A job takes its next step; `acked` chooses the `WAIT` outcome.
-    JobStep { job: u8, acked: bool },
-    Pay { client: u8 },
-    Cancel { client: u8 },
+    JobStep {
+        job: u8,
+        acked: bool,
+    },
+    Pay {
+        client: u8,
+    },
+    Cancel {
+        client: u8,
+    },
     /// The shared clock passes a held row's `hold_until`.
-    HoldRunsOut { client: u8 },
+    HoldRunsOut {
+        client: u8,
+    },
     /// The replica, having received `received` more of the writes it lacked, is promoted.
-    Failover { received: u8 },
-    Crash { serve: u8 },
+    Failover {
+        received: u8,
+    },
+    Crash {
+        serve: u8,
+    },
     Close,
 }
 
@@ -131,7 +152,10 @@ pub fn bit(aid: u8) -> u32 {
 
 impl SeatRush {
     pub fn new(bounds: Bounds, switches: Switches) -> Self {
-        assert!(bounds.requests.iter().all(|&r| r <= 8) && bounds.clients() <= 4, "admission ids must fit a u32 bit set");
+        assert!(
+            bounds.requests.iter().all(|&r| r <= 8) && bounds.clients() <= 4,
+            "admission ids must fit a u32 bit set"
+        );
         assert!(bounds.requests.len() == bounds.clients() && bounds.nonces.len() == bounds.clients());
         SeatRush { bounds, switches }
     }
@@ -149,7 +173,6 @@ impl SeatRush {
             crate::arbiter::Arbiter::Tombstone
         }
     }
-
 }
 
 impl Model for SeatRush {

@@ -99,7 +99,15 @@ impl Redis {
     /// admit.lua: the same nonce gets its original admission back (rewritten, so a later WAIT
     /// covers it), another nonce -1, then the level cap -3, then a free seat -2, then admit.
     /// `retry_only`: anything but the first answer is -4.
-    pub fn admit(&mut self, caps: &[u8], code: u8, nonce: u8, level: u8, aid: u8, retry_only: bool) -> (AdmitReply, Write) {
+    pub fn admit(
+        &mut self,
+        caps: &[u8],
+        code: u8,
+        nonce: u8,
+        level: u8,
+        aid: u8,
+        retry_only: bool,
+    ) -> (AdmitReply, Write) {
         if let Some(record) = self.records[code as usize] {
             if record.nonce == nonce {
                 return (AdmitReply::Admitted(record), Write::Touch);

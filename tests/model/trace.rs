@@ -19,12 +19,28 @@ fn describe(s: &State, action: Action) -> String {
     match action {
         Action::Step { request, acked } => {
             let r = s.requests.iter().find(|r| r.id == request).expect("in flight");
-            let wait = if matches!(r.pc, crate::actors::Pc::Wait { .. }) { if acked { " (acked)" } else { " (short)" } } else { "" };
+            let wait = if matches!(r.pc, crate::actors::Pc::Wait { .. }) {
+                if acked {
+                    " (acked)"
+                } else {
+                    " (short)"
+                }
+            } else {
+                ""
+            };
             format!("request a{} (client {}, nonce {}, serve {}) {:?}{wait}", r.id, r.client, r.nonce, r.serve, r.pc)
         }
         Action::JobStep { job, acked } => {
             let j = &s.jobs[job as usize];
-            let wait = if matches!(j.tasks[0], crate::actors::Task::ReleaseWait { .. }) { if acked { " (acked)" } else { " (short)" } } else { "" };
+            let wait = if matches!(j.tasks[0], crate::actors::Task::ReleaseWait { .. }) {
+                if acked {
+                    " (acked)"
+                } else {
+                    " (short)"
+                }
+            } else {
+                ""
+            };
             format!("serve {} {:?}: {:?}{wait}", j.serve, j.kind, j.tasks[0])
         }
         other => format!("{other:?}"),
@@ -36,7 +52,17 @@ fn redis(r: &Redis) -> String {
         .records
         .iter()
         .enumerate()
-        .filter_map(|(c, rec)| rec.map(|x| format!("c{c}:n{}/a{} seat {}{}", x.nonce, x.aid, x.slot, if r.pending & (1 << c) != 0 { " pending" } else { "" })))
+        .filter_map(|(c, rec)| {
+            rec.map(|x| {
+                format!(
+                    "c{c}:n{}/a{} seat {}{}",
+                    x.nonce,
+                    x.aid,
+                    x.slot,
+                    if r.pending & (1 << c) != 0 { " pending" } else { "" }
+                )
+            })
+        })
         .collect();
     format!("taken {:?} [{}]", r.taken, records.join(", "))
 }
@@ -50,7 +76,8 @@ fn summary(s: &State) -> String {
         .enumerate()
         .filter_map(|(c, row)| {
             row.map(|r| {
-                let flags = format!("{}{}", if r.expired { " expired" } else { "" }, if r.synced { "" } else { " unsynced" });
+                let flags =
+                    format!("{}{}", if r.expired { " expired" } else { "" }, if r.synced { "" } else { " unsynced" });
                 format!("c{c}:n{}/a{} {:?}{flags}", r.nonce, r.aid, r.state)
             })
         })

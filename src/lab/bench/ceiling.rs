@@ -60,8 +60,20 @@ pub async fn measure(primary: &RedisServer, requests: u64) -> anyhow::Result<Cei
     let args = |pipeline: u32, attempts: u32, calls: u64| -> Vec<String> {
         let mut a: Vec<String> = ["-h", "127.0.0.1"].map(String::from).to_vec();
         a.extend([
-            "-p".into(), primary.port.to_string(), "-c".into(), CLIENTS.to_string(), "-n".into(), calls.to_string(),
-            "-P".into(), pipeline.to_string(), "-r".into(), "1000000000".into(), "--csv".into(), "EVALSHA".into(), sha.clone(), "5".into(),
+            "-p".into(),
+            primary.port.to_string(),
+            "-c".into(),
+            CLIENTS.to_string(),
+            "-n".into(),
+            calls.to_string(),
+            "-P".into(),
+            pipeline.to_string(),
+            "-r".into(),
+            "1000000000".into(),
+            "--csv".into(),
+            "EVALSHA".into(),
+            sha.clone(),
+            "5".into(),
         ]);
         a.extend(keys());
         for _ in 0..attempts {
@@ -69,21 +81,49 @@ pub async fn measure(primary: &RedisServer, requests: u64) -> anyhow::Result<Cei
         }
         a
     };
-    let log = || std::fs::read_to_string(primary.log_path()).unwrap_or_default().lines().rev().take(5).collect::<Vec<_>>().join("\n");
+    let log = || {
+        std::fs::read_to_string(primary.log_path())
+            .unwrap_or_default()
+            .lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     let pipelined = run(args(PIPELINE, 1, requests)).await.with_context(|| format!("primary log tail: {}", log()))?;
     let unpipelined = run(args(1, 1, requests)).await.with_context(|| format!("primary log tail: {}", log()))?;
     let batch_calls = requests.div_ceil(u64::from(BATCH));
-    let batched = run(args(1, BATCH, batch_calls)).await.with_context(|| format!("primary log tail: {}", log()))? * f64::from(BATCH);
+    let batched = run(args(1, BATCH, batch_calls)).await.with_context(|| format!("primary log tail: {}", log()))?
+        * f64::from(BATCH);
     let command = format!("redis-benchmark {}", args(PIPELINE, 1, requests).join(" "));
     primary.command::<()>(redis::cmd("UNLINK").arg(&adm).arg(&taken).arg(&cap).arg(&free).arg(&pending))?;
-    Ok(Ceiling { clients: CLIENTS, pipeline: PIPELINE, requests, pipelined_per_s: pipelined, unpipelined_per_s: unpipelined, batched_per_s: batched, batch: BATCH, command })
+    Ok(Ceiling {
+        clients: CLIENTS,
+        pipeline: PIPELINE,
+        requests,
+        pipelined_per_s: pipelined,
+        unpipelined_per_s: unpipelined,
+        batched_per_s: batched,
+        batch: BATCH,
+        command,
+    })
 }
 
 /// Requests per second from redis-benchmark's CSV (`"test","rps",...` then one row).
 async fn run(args: Vec<String>) -> anyhow::Result<f64> {
-    let out = tokio::process::Command::new("redis-benchmark").args(&args).output().await.context("running redis-benchmark")?;
+    let out = tokio::process::Command::new("redis-benchmark")
+        .args(&args)
+        .output()
+        .await
+        .context("running redis-benchmark")?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let row = text.lines().nth(1).with_context(|| format!("redis-benchmark {} printed no figures: {text} {}", args.join(" "), String::from_utf8_lossy(&out.stderr)))?;
+    let row = text.lines().nth(1).with_context(|| {
+        format!(
+            "redis-benchmark {} printed no figures: {text} {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
     let rps = row.split("\",\"").nth(1).and_then(|f| f.trim_matches('"').parse().ok());
     rps.with_context(|| format!("cannot read redis-benchmark's row {row:?}"))
 }

@@ -23,10 +23,18 @@ pub struct Target {
 impl Target {
     /// `http://host:port` and an event id.
     pub async fn resolve(url: &str, event: &str) -> anyhow::Result<Self> {
-        let host = url.strip_prefix("http://").ok_or_else(|| anyhow::anyhow!("--url must start with http:// (got {url:?})"))?;
+        let host = url
+            .strip_prefix("http://")
+            .ok_or_else(|| anyhow::anyhow!("--url must start with http:// (got {url:?})"))?;
         let host = host.trim_end_matches('/').to_owned();
-        let addr = tokio::net::lookup_host(&host).await?.next().ok_or_else(|| anyhow::anyhow!("{host} does not resolve"))?;
-        Ok(Self { addr, host, path: format!("/api/events/{event}/bookings"), availability_path: format!("/api/events/{event}") })
+        let addr =
+            tokio::net::lookup_host(&host).await?.next().ok_or_else(|| anyhow::anyhow!("{host} does not resolve"))?;
+        Ok(Self {
+            addr,
+            host,
+            path: format!("/api/events/{event}/bookings"),
+            availability_path: format!("/api/events/{event}"),
+        })
     }
 }
 
@@ -75,7 +83,11 @@ impl Connection {
         self.bounded(target, request.body(Full::new(Bytes::new()))?).await
     }
 
-    async fn bounded(&mut self, target: &Target, request: hyper::Request<Full<Bytes>>) -> anyhow::Result<(u16, Option<String>, Bytes)> {
+    async fn bounded(
+        &mut self,
+        target: &Target,
+        request: hyper::Request<Full<Bytes>>,
+    ) -> anyhow::Result<(u16, Option<String>, Bytes)> {
         let result = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(target, request)).await;
         match result {
             Ok(Ok(answer)) => Ok(answer),
@@ -90,7 +102,11 @@ impl Connection {
         }
     }
 
-    async fn exchange(&mut self, target: &Target, request: hyper::Request<Full<Bytes>>) -> anyhow::Result<(u16, Option<String>, Bytes)> {
+    async fn exchange(
+        &mut self,
+        target: &Target,
+        request: hyper::Request<Full<Bytes>>,
+    ) -> anyhow::Result<(u16, Option<String>, Bytes)> {
         let sender = self.sender(target).await?;
         sender.ready().await?;
         let response = sender.send_request(request).await?;

@@ -103,7 +103,17 @@ pub struct Second {
 impl Timeline {
     fn new(duration: Duration) -> Self {
         let n = duration.as_secs() as usize + 1 + TIMELINE_SLACK_S;
-        Self { seconds: (0..n).map(|_| Mutex::new(Second { latency_us: Histogram::new_with_bounds(1, LATENCY_US_MAX, 2).expect("valid"), requests: 0, admitted: 0 })).collect() }
+        Self {
+            seconds: (0..n)
+                .map(|_| {
+                    Mutex::new(Second {
+                        latency_us: Histogram::new_with_bounds(1, LATENCY_US_MAX, 2).expect("valid"),
+                        requests: 0,
+                        admitted: 0,
+                    })
+                })
+                .collect(),
+        }
     }
 
     fn record(&self, at: Duration, latency_us: u64, admitted: bool) {
@@ -116,7 +126,8 @@ impl Timeline {
 
     /// The seconds up to the last one that saw an answer.
     pub fn into_seconds(self) -> Vec<Second> {
-        let mut seconds: Vec<Second> = self.seconds.into_iter().map(|m| m.into_inner().expect("not poisoned")).collect();
+        let mut seconds: Vec<Second> =
+            self.seconds.into_iter().map(|m| m.into_inner().expect("not poisoned")).collect();
         while seconds.last().is_some_and(|s| s.requests == 0) {
             seconds.pop();
         }
@@ -150,9 +161,21 @@ pub async fn run(spec: RunSpec) -> (Tally, Vec<Second>, Duration) {
     let timeline = Timeline::new(spec.duration);
     // The schedule starts a little ahead, once every task is spawned and waiting for it.
     let start = Instant::now() + START_LEAD;
-    let shared = Arc::new(Shared { spec, start, timeline, sent: AtomicU64::new(0), done: AtomicU64::new(0), admitted: AtomicU64::new(0), stop: AtomicBool::new(false) });
+    let shared = Arc::new(Shared {
+        spec,
+        start,
+        timeline,
+        sent: AtomicU64::new(0),
+        done: AtomicU64::new(0),
+        admitted: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+    });
     let progress = tokio::spawn(show_progress(shared.clone()));
-    let tasks: Vec<_> = prepared.into_iter().enumerate().map(|(i, (conn, tally))| tokio::spawn(connection(shared.clone(), i, conn, tally))).collect();
+    let tasks: Vec<_> = prepared
+        .into_iter()
+        .enumerate()
+        .map(|(i, (conn, tally))| tokio::spawn(connection(shared.clone(), i, conn, tally)))
+        .collect();
     let mut tally = Tally::new();
     for task in tasks {
         tally.merge(task.await.expect("a load connection does not panic"));
@@ -240,7 +263,9 @@ async fn connection(shared: Arc<Shared>, index: usize, mut conn: Connection, mut
 async fn show_progress(shared: Arc<Shared>) {
     let total_ms = shared.spec.duration.as_millis() as u64;
     let bar = ProgressBar::new(total_ms);
-    bar.set_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {msg}").expect("valid template"));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {msg}").expect("valid template"),
+    );
     let mut tick = tokio::time::interval(PROGRESS_TICK);
     while !shared.stop.load(Ordering::Relaxed) {
         tick.tick().await;
@@ -248,7 +273,11 @@ async fn show_progress(shared: Arc<Shared>) {
         let secs = elapsed.as_secs_f64().max(1e-3);
         let (done, admitted) = (shared.done.load(Ordering::Relaxed), shared.admitted.load(Ordering::Relaxed));
         bar.set_position((elapsed.as_millis() as u64).min(total_ms));
-        bar.set_message(format!("{done} answers ({:.0}/s), {admitted} admitted ({:.0}/s)", done as f64 / secs, admitted as f64 / secs));
+        bar.set_message(format!(
+            "{done} answers ({:.0}/s), {admitted} admitted ({:.0}/s)",
+            done as f64 / secs,
+            admitted as f64 / secs
+        ));
     }
     bar.finish_and_clear();
 }

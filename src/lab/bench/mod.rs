@@ -14,8 +14,8 @@ pub mod topology;
 pub mod workload;
 
 use crate::ops::settings::{Connections, ServeSettings};
-use args::{BenchArgs, BenchCommand, LoadArgs};
 use anyhow::Context;
+use args::{BenchArgs, BenchCommand, LoadArgs};
 use report::{Machine, Report, RunFacts};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +46,10 @@ pub async fn load(connections: &Connections, args: &LoadArgs) -> anyhow::Result<
     let topology = match &args.url {
         Some(_) => None,
         None => {
-            eprintln!("starting Redis primary+replica, {} database, event {:?} with {} codes…", args.backend, args.event, args.codes);
+            eprintln!(
+                "starting Redis primary+replica, {} database, event {:?} with {} codes…",
+                args.backend, args.event, args.codes
+            );
             Some(Topology::start(connections, args).await?)
         }
     };
@@ -141,7 +144,10 @@ async fn compare_backends(connections: &Connections, args: &args::CompareArgs) -
         println!("{line}");
     }
     let (sqlite, postgres) = (mean("sqlite"), mean("postgres"));
-    println!("mean admitted/s: sqlite {sqlite:.0}, postgres {postgres:.0}; postgres / sqlite = {:.1} %", 100.0 * postgres / sqlite);
+    println!(
+        "mean admitted/s: sqlite {sqlite:.0}, postgres {postgres:.0}; postgres / sqlite = {:.1} %",
+        100.0 * postgres / sqlite
+    );
     anyhow::ensure!(failed.is_empty(), "checks failed in {}", failed.join(", "));
     Ok(())
 }

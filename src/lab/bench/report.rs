@@ -131,11 +131,20 @@ pub struct Machine {
 
 impl Machine {
     pub fn loadavg() -> String {
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     pub fn redis_version() -> String {
-        std::process::Command::new("redis-server").arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default()
+        std::process::Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default()
     }
 }
 
@@ -146,21 +155,39 @@ pub struct RunFacts {
     pub loadavg_before: String,
 }
 
-pub fn build(facts: RunFacts, tally: &Tally, seconds: &[Second], elapsed: Duration, store: Option<StoreCheck>) -> Report {
+pub fn build(
+    facts: RunFacts,
+    tally: &Tally,
+    seconds: &[Second],
+    elapsed: Duration,
+    store: Option<StoreCheck>,
+) -> Report {
     let secs = elapsed.as_secs_f64().max(1e-9);
     let admitted = tally.admitted_slots.len() as u64;
     let by_kind: BTreeMap<&'static str, KindFigures> = KINDS
         .iter()
         .filter_map(|k| {
             let answers = tally.by_kind.get(k)?.clone();
-            Some((k.name(), KindFigures { sent: answers.values().sum(), answers, unexpected: tally.unexpected.get(k).copied().unwrap_or(0) }))
+            Some((
+                k.name(),
+                KindFigures {
+                    sent: answers.values().sum(),
+                    answers,
+                    unexpected: tally.unexpected.get(k).copied().unwrap_or(0),
+                },
+            ))
         })
         .collect();
     let counted: u64 = by_kind.values().map(|k| k.sent).sum();
     let distinct_slots = tally.admitted_slots.iter().collect::<HashSet<_>>().len() == tally.admitted_slots.len();
     let unexpected_answers = tally.unexpected.values().sum();
     let store_ok = store.as_ref().is_none_or(|s| {
-        s.distinct_codes && s.distinct_slots && s.within_caps && s.redis_counters_match && s.answers_have_rows && s.held_rows <= s.seats
+        s.distinct_codes
+            && s.distinct_slots
+            && s.within_caps
+            && s.redis_counters_match
+            && s.answers_have_rows
+            && s.held_rows <= s.seats
     });
     let counts_add_up = counted == tally.sent && tally.latency_us.len() + tally.poll_latency_us.len() == tally.sent;
     let polls = by_kind.get(Kind::Poll.name()).map(|k| PollFigures {
@@ -170,7 +197,13 @@ pub fn build(facts: RunFacts, tally: &Tally, seconds: &[Second], elapsed: Durati
         latency_ms: Percentiles::of_us(&tally.poll_latency_us),
     });
     let bookings = tally.latency_us.len();
-    let checks = Checks { counts_add_up, distinct_slots, unexpected_answers, passed: counts_add_up && distinct_slots && unexpected_answers == 0 && store_ok, store };
+    let checks = Checks {
+        counts_add_up,
+        distinct_slots,
+        unexpected_answers,
+        passed: counts_add_up && distinct_slots && unexpected_answers == 0 && store_ok,
+        store,
+    };
     let timeline = seconds
         .iter()
         .enumerate()
@@ -204,7 +237,12 @@ pub fn build(facts: RunFacts, tally: &Tally, seconds: &[Second], elapsed: Durati
         by_kind,
         timeline,
         checks,
-        machine: Machine { nproc: std::thread::available_parallelism().map_or(0, |n| n.get()), loadavg_before: facts.loadavg_before, loadavg_after: Machine::loadavg(), redis_server: Machine::redis_version() },
+        machine: Machine {
+            nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            loadavg_before: facts.loadavg_before,
+            loadavg_after: Machine::loadavg(),
+            redis_server: Machine::redis_version(),
+        },
         server: None,
         ceiling: None,
         share_of_ceiling: None,
@@ -234,7 +272,10 @@ impl Report {
         );
         if self.retries > 0 {
             let r = &self.retry_latency_ms;
-            out.push_str(&format!("503 retry answers: {}, latency ms: p50 {:.2}  p99 {:.2}  max {:.2}\n", self.retries, r.p50, r.p99, r.max));
+            out.push_str(&format!(
+                "503 retry answers: {}, latency ms: p50 {:.2}  p99 {:.2}  max {:.2}\n",
+                self.retries, r.p50, r.p99, r.max
+            ));
         }
         if let Some(p) = &self.polls {
             out.push_str(&format!(
@@ -258,7 +299,12 @@ impl Report {
             ));
         }
         for (kind, f) in &self.by_kind {
-            out.push_str(&format!("  {kind:<13} {:>8} sent  {:?}{}\n", f.sent, f.answers, if f.unexpected > 0 { format!("  UNEXPECTED {}", f.unexpected) } else { String::new() }));
+            out.push_str(&format!(
+                "  {kind:<13} {:>8} sent  {:?}{}\n",
+                f.sent,
+                f.answers,
+                if f.unexpected > 0 { format!("  UNEXPECTED {}", f.unexpected) } else { String::new() }
+            ));
         }
         if let Some(c) = &self.ceiling {
             out.push_str(&format!(

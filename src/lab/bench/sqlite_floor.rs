@@ -66,7 +66,10 @@ struct ThreadSample {
 }
 
 pub async fn run(args: &SqliteFloorArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(!args.batches.is_empty() && args.batches.iter().all(|b| *b > 0), "--batches: give one or more sizes above 0");
+    anyhow::ensure!(
+        !args.batches.is_empty() && args.batches.iter().all(|b| *b > 0),
+        "--batches: give one or more sizes above 0"
+    );
     anyhow::ensure!(args.bookings > 0, "--bookings must be above 0");
     let hashes = bench_hashes("FLOOR", args.bookings as u64)?;
     let mut runs = Vec::new();
@@ -131,7 +134,12 @@ async fn one_size(hashes: &[crate::domain::code::CodeHash], batch: usize) -> any
         latency.saturating_record(sent.elapsed().as_micros() as u64);
         // A floor is only a floor if every booking was written: a refusal would be cheaper.
         let held = written.outcomes.iter().filter(|o| matches!(o, Ok(HoldOutcome::Held(_)))).count();
-        anyhow::ensure!(held == chunk.len(), "a batch of {} held only {held}: {:?}", chunk.len(), written.outcomes.iter().find(|o| !matches!(o, Ok(HoldOutcome::Held(_)))));
+        anyhow::ensure!(
+            held == chunk.len(),
+            "a batch of {} held only {held}: {:?}",
+            chunk.len(),
+            written.outcomes.iter().find(|o| !matches!(o, Ok(HoldOutcome::Held(_))))
+        );
     }
     let elapsed = started.elapsed();
     let after = thread_samples()?;
@@ -139,7 +147,8 @@ async fn one_size(hashes: &[crate::domain::code::CodeHash], batch: usize) -> any
     let holders = store.seat_holders(&spec.id).await?.len();
     anyhow::ensure!(holders == items.len(), "the database holds {holders} seats after {} bookings", items.len());
     let n = items.len() as f64;
-    let mut per_booking: BTreeMap<String, ThreadFigures> = THREADS.iter().map(|name| (name.to_string(), ThreadFigures::default())).collect();
+    let mut per_booking: BTreeMap<String, ThreadFigures> =
+        THREADS.iter().map(|name| (name.to_string(), ThreadFigures::default())).collect();
     for (tid, now) in &after {
         let Some(sum) = per_booking.get_mut(&now.name) else { continue };
         // A thread the first sample missed counts from zero.
@@ -172,15 +181,34 @@ fn thread_samples() -> anyhow::Result<BTreeMap<u64, ThreadSample>> {
         let task = task?;
         let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<u64>().ok()) else { continue };
         // Gone between the listing and the reads: it is not one of the writer's running threads.
-        let (Ok(stat), Ok(io)) = (std::fs::read_to_string(task.path().join("stat")), std::fs::read_to_string(task.path().join("io"))) else { continue };
+        let (Ok(stat), Ok(io)) =
+            (std::fs::read_to_string(task.path().join("stat")), std::fs::read_to_string(task.path().join("io")))
+        else {
+            continue;
+        };
         // "pid (comm) state …": the name may hold spaces, so split after its closing parenthesis.
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
         let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
         let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
-        let counter = |key: &str| io.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(": ")?.trim().parse::<u64>().ok());
+        let counter =
+            |key: &str| io.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(": ")?.trim().parse::<u64>().ok());
         let (Some(user_ticks), Some(kernel_ticks)) = (field(11), field(12)) else { continue };
-        let (Some(read_calls), Some(write_calls), Some(bytes_written)) = (counter("syscr"), counter("syscw"), counter("wchar")) else { continue };
-        samples.insert(tid, ThreadSample { name: stat[open + 1..close].to_owned(), user_ticks, kernel_ticks, read_calls, write_calls, bytes_written });
+        let (Some(read_calls), Some(write_calls), Some(bytes_written)) =
+            (counter("syscr"), counter("syscw"), counter("wchar"))
+        else {
+            continue;
+        };
+        samples.insert(
+            tid,
+            ThreadSample {
+                name: stat[open + 1..close].to_owned(),
+                user_ticks,
+                kernel_ticks,
+                read_calls,
+                write_calls,
+                bytes_written,
+            },
+        );
     }
     Ok(samples)
 }

@@ -28,7 +28,9 @@ pub fn render(report: &Report) -> String {
         Series { name: "max ms", color: "#d62728", values: t.iter().map(|s| s.max_ms).collect() },
     ];
     let height = 2.0 * (PANEL_HEIGHT + MARGIN) + MARGIN;
-    let mut svg = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="12">"#);
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="12">"#
+    );
     svg.push_str(r#"<rect width="100%" height="100%" fill="white"/>"#);
     let title = format!(
         "seatrush bench: {} loop, {} connections{} - {:.0} req/s, {:.0} admitted/s, p99 {:.2} ms",
@@ -52,23 +54,55 @@ fn panel(svg: &mut String, top: f64, label: &str, series: &[Series]) {
     let y_max = series.iter().flat_map(|s| s.values.iter().copied()).fold(0.0f64, f64::max).max(1e-9) * 1.1;
     let x = |i: usize| left + width * i as f64 / (n - 1) as f64;
     let y = |v: f64| top + PANEL_HEIGHT - PANEL_HEIGHT * v / y_max;
-    let _ = write!(svg, r##"<rect x="{left}" y="{top}" width="{width}" height="{PANEL_HEIGHT}" fill="none" stroke="#999"/>"##);
+    let _ = write!(
+        svg,
+        r##"<rect x="{left}" y="{top}" width="{width}" height="{PANEL_HEIGHT}" fill="none" stroke="#999"/>"##
+    );
     for step in 0..=4 {
         let v = y_max * step as f64 / 4.0;
-        let _ = write!(svg, r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##, left + width, left - 4.0, y(v) + 4.0, short(v), y = y(v));
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+            left + width,
+            left - 4.0,
+            y(v) + 4.0,
+            short(v),
+            y = y(v)
+        );
     }
     let _ = write!(svg, r#"<text x="{left}" y="{}">{}</text>"#, top - 6.0, escape(label));
-    let _ = write!(svg, r#"<text x="{}" y="{}" text-anchor="end">seconds</text>"#, left + width, top + PANEL_HEIGHT + 16.0);
+    let _ =
+        write!(svg, r#"<text x="{}" y="{}" text-anchor="end">seconds</text>"#, left + width, top + PANEL_HEIGHT + 16.0);
     for (k, s) in series.iter().enumerate() {
-        let points: Vec<String> = s.values.iter().enumerate().map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v))).collect();
-        let _ = write!(svg, r#"<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>"#, s.color, points.join(" "));
+        let points: Vec<String> =
+            s.values.iter().enumerate().map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v))).collect();
+        let _ = write!(
+            svg,
+            r#"<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>"#,
+            s.color,
+            points.join(" ")
+        );
         let lx = left + 10.0 + 110.0 * k as f64;
-        let _ = write!(svg, r#"<rect x="{lx}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{}</text>"#, top + 8.0, s.color, lx + 14.0, top + 17.0, s.name);
+        let _ = write!(
+            svg,
+            r#"<rect x="{lx}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{}</text>"#,
+            top + 8.0,
+            s.color,
+            lx + 14.0,
+            top + 17.0,
+            s.name
+        );
     }
 }
 
 fn short(v: f64) -> String {
-    if v >= 10_000.0 { format!("{:.0}k", v / 1000.0) } else if v >= 10.0 { format!("{v:.0}") } else { format!("{v:.2}") }
+    if v >= 10_000.0 {
+        format!("{:.0}k", v / 1000.0)
+    } else if v >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
 }
 
 fn escape(s: &str) -> String {

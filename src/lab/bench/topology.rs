@@ -4,23 +4,23 @@
 //! `ops::build_app` as `serve`, so every server flag applies.
 
 use super::report::StoreCheck;
-use crate::lab::bench::args::LoadArgs;
-use crate::ops::settings::{Connections, ServeSettings};
-use crate::lab::bench::args::Backend;
-use crate::lab::scratch_db::ScratchDb;
-use tokio_util::sync::CancellationToken;
 use crate::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 use crate::domain::event::{EventId, EventSpec, LevelName};
-use crate::redis_io::keys::EventKeys;
-use crate::ops::loader;
-use crate::redis_io::link::RedisLink;
+use crate::lab::bench::args::Backend;
+use crate::lab::bench::args::LoadArgs;
 use crate::lab::redis_server::{RedisOptions, RedisServer};
+use crate::lab::scratch_db::ScratchDb;
+use crate::ops::loader;
+use crate::ops::settings::{Connections, ServeSettings};
+use crate::redis_io::keys::EventKeys;
+use crate::redis_io::link::RedisLink;
 use crate::sale::Sale;
 use crate::store::Store;
 use anyhow::Context;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// How long the pending admissions may take to drain after the load stops.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
@@ -45,13 +45,24 @@ pub fn bench_spec(event: &str, seats: i64, levels: &[String]) -> anyhow::Result<
         .iter()
         .map(|l| LevelName::parse(l).map(|l| (l, seats)).ok_or_else(|| anyhow::anyhow!("bad level name {l:?}")))
         .collect::<anyhow::Result<_>>()?;
-    Ok(EventSpec { id: EventId::parse(event)?, total_seats: seats, hold_seconds: 3600, opens_at_ms: None, closes_at_ms: None, levels })
+    Ok(EventSpec {
+        id: EventId::parse(event)?,
+        total_seats: seats,
+        hold_seconds: 3600,
+        opens_at_ms: None,
+        closes_at_ms: None,
+        levels,
+    })
 }
 
 pub fn bench_hashes(prefix: &str, count: u64) -> anyhow::Result<Vec<CodeHash>> {
     let hasher = CodeHasher::from_env();
     let codes = super::workload::Codes::new(prefix, count);
-    (0..count).map(|i| Ok(hasher.hash(&NormalisedCode::parse(&codes.code(i)).map_err(|e| anyhow::anyhow!("code prefix: {e}"))?))).collect()
+    (0..count)
+        .map(|i| {
+            Ok(hasher.hash(&NormalisedCode::parse(&codes.code(i)).map_err(|e| anyhow::anyhow!("code prefix: {e}"))?))
+        })
+        .collect()
 }
 
 impl Topology {
@@ -69,7 +80,9 @@ impl Topology {
         .await??;
         let database = match load.backend {
             Backend::Sqlite => ScratchDb::sqlite("bench.db")?,
-            Backend::Postgres => ScratchDb::postgres(&load.postgres_admin_url, "seatrush_bench").await.context("--postgres-admin-url")?,
+            Backend::Postgres => {
+                ScratchDb::postgres(&load.postgres_admin_url, "seatrush_bench").await.context("--postgres-admin-url")?
+            }
         };
         let store = Store::connect(&database.url).await?;
         let seats = load.seats.unwrap_or(load.codes as i64);
@@ -122,7 +135,9 @@ impl Topology {
             distinct_codes: holders.iter().map(|r| &r.code).collect::<HashSet<_>>().len() == holders.len(),
             distinct_slots: holders.iter().map(|r| r.slot).collect::<HashSet<_>>().len() == holders.len(),
             within_caps: spec.levels.iter().all(|(l, cap)| per_level.get(l.as_str()).copied().unwrap_or(0) <= *cap),
-            redis_counters_match: spec.levels.keys().all(|l| taken.get(l.as_str()).copied().unwrap_or(0) == per_level.get(l.as_str()).copied().unwrap_or(0)),
+            redis_counters_match: spec.levels.keys().all(|l| {
+                taken.get(l.as_str()).copied().unwrap_or(0) == per_level.get(l.as_str()).copied().unwrap_or(0)
+            }),
             pending_left: pending,
             answers_have_rows: holders.len() >= admitted_answers,
         })

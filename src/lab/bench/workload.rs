@@ -52,8 +52,12 @@ impl Mix {
     pub fn parse(text: &str) -> anyhow::Result<Self> {
         let mut weights = [0u32; KINDS.len()];
         for part in text.split(',').filter(|p| !p.trim().is_empty()) {
-            let (name, weight) = part.split_once('=').ok_or_else(|| anyhow::anyhow!("mix entry {part:?} is not name=weight"))?;
-            let i = KINDS.iter().position(|k| k.name() == name.trim()).ok_or_else(|| anyhow::anyhow!("unknown kind {name:?} in the mix"))?;
+            let (name, weight) =
+                part.split_once('=').ok_or_else(|| anyhow::anyhow!("mix entry {part:?} is not name=weight"))?;
+            let i = KINDS
+                .iter()
+                .position(|k| k.name() == name.trim())
+                .ok_or_else(|| anyhow::anyhow!("unknown kind {name:?} in the mix"))?;
             weights[i] = weight.trim().parse()?;
         }
         anyhow::ensure!(weights.iter().sum::<u32>() > 0, "the mix needs a positive weight");
@@ -161,13 +165,36 @@ impl Planner {
         match (kind, remembered) {
             (Kind::Retry, Some(a)) => plan(Kind::Retry, a.code, a.level, a.nonce, Some(a.slot), ""),
             (Kind::Duplicate, Some(a)) => plan(Kind::Duplicate, a.code, level, nonce, None, ""),
-            (Kind::Unregistered, _) => plan(Kind::Unregistered, format!("NOPE-{:012}", rand::random::<u64>() % 1_000_000_000_000), level, nonce, None, ""),
-            (Kind::Poll, _) => Planned { kind: Kind::Poll, body: String::new(), code: String::new(), level, nonce, slot: None },
-            (Kind::Bot, _) => plan(Kind::Bot, codes.code(rand::random_range(0..codes.count.max(1))), level, nonce, None, "https://spam.example"),
+            (Kind::Unregistered, _) => plan(
+                Kind::Unregistered,
+                format!("NOPE-{:012}", rand::random::<u64>() % 1_000_000_000_000),
+                level,
+                nonce,
+                None,
+                "",
+            ),
+            (Kind::Poll, _) => {
+                Planned { kind: Kind::Poll, body: String::new(), code: String::new(), level, nonce, slot: None }
+            }
+            (Kind::Bot, _) => plan(
+                Kind::Bot,
+                codes.code(rand::random_range(0..codes.count.max(1))),
+                level,
+                nonce,
+                None,
+                "https://spam.example",
+            ),
             // Fresh, or a retry/duplicate before anything was admitted on this connection.
             _ => match codes.take() {
                 Some(i) => plan(Kind::Fresh, codes.code(i), level, nonce, None, ""),
-                None => plan(Kind::Unregistered, format!("NOPE-{:012}", rand::random::<u64>() % 1_000_000_000_000), level, nonce, None, ""),
+                None => plan(
+                    Kind::Unregistered,
+                    format!("NOPE-{:012}", rand::random::<u64>() % 1_000_000_000_000),
+                    level,
+                    nonce,
+                    None,
+                    "",
+                ),
             },
         }
     }

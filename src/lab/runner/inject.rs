@@ -105,7 +105,12 @@ impl Injected {
 }
 
 /// Injects `kind` on its schedule until `stop` is cancelled.
-pub async fn run(kind: FaultKind, topo: Arc<Topology>, injected: Arc<Injected>, stop: tokio_util::sync::CancellationToken) {
+pub async fn run(
+    kind: FaultKind,
+    topo: Arc<Topology>,
+    injected: Arc<Injected>,
+    stop: tokio_util::sync::CancellationToken,
+) {
     let (first, period, lasting) = kind.schedule();
     let mut next = first;
     let mut round = 0usize;
@@ -139,7 +144,9 @@ async fn inject(kind: FaultKind, topo: &Topology, round: usize) -> anyhow::Resul
         FaultKind::StallReplica => topo.with_node(false, |r| r.pause())?,
         FaultKind::Failover => topo.failover(BeforeFailover::Nothing).await?,
         FaultKind::FailoverAfterStall => topo.failover(BeforeFailover::Stall(STALL_BEFORE_FAILOVER)).await?,
-        FaultKind::Oom => topo.with_node(true, |p| p.command::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1)))??,
+        FaultKind::Oom => {
+            topo.with_node(true, |p| p.command::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1)))??
+        }
         FaultKind::DatabaseDown => topo.db.set_available(false).await?,
         FaultKind::DatabaseSlow => topo.db.slow_down().await?,
         FaultKind::Partition if round == 1 => topo.failover(BeforeFailover::Partition(CUT_BEFORE_FAILOVER)).await?,
@@ -199,7 +206,9 @@ pub async fn heal(kind: FaultKind, topo: &Topology) -> anyhow::Result<()> {
 pub fn counts_by_name(counts: &BTreeMap<FaultKind, usize>) -> BTreeMap<String, usize> {
     counts
         .iter()
-        .map(|(k, v)| (serde_json::to_value(k).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default(), *v))
+        .map(|(k, v)| {
+            (serde_json::to_value(k).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default(), *v)
+        })
         .collect()
 }
 

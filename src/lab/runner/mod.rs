@@ -8,7 +8,6 @@ pub mod operator;
 pub mod proxy;
 pub mod topology;
 
-use tokio_util::sync::CancellationToken;
 use crate::domain::event::{now_ms, EventId, EventSpec, LevelName};
 use crate::lab::crowd::{self, Candidate, Outcome, Tally};
 use crate::lab::invariants::{self, Journal, OperatorCall, Told};
@@ -18,6 +17,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 use topology::{Topology, TopologyOptions};
 
 pub const EVENT: &str = "fault-run";
@@ -158,7 +158,8 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     let started = Instant::now();
     // SQLite has no connections to refuse: database-down is a PostgreSQL fault.
     let supported = |k: &FaultKind| !(config.sqlite && *k == FaultKind::DatabaseDown);
-    let kinds: Vec<FaultKind> = if config.all_faults { FaultKind::ALL.into_iter().filter(supported).collect() } else { config.faults.clone() };
+    let kinds: Vec<FaultKind> =
+        if config.all_faults { FaultKind::ALL.into_iter().filter(supported).collect() } else { config.faults.clone() };
     let codes: Vec<String> = (1..=config.candidates).map(|i| format!("RUN-{i:06}")).collect();
     let spec = spec(config.seats, config.hold_seconds);
     let options = TopologyOptions {
@@ -183,7 +184,8 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     let operator = operator::spawn(targets, told_rx, !config.no_operator_calls, config.rebook_per_mille);
 
     let candidates = crowd_of(config.candidates, &codes);
-    let (outcomes, answered_at): (Vec<Outcome>, Vec<(i64, i64)>) = paced_burst(&topo, candidates, config, told_tx).await.into_iter().unzip();
+    let (outcomes, answered_at): (Vec<Outcome>, Vec<(i64, i64)>) =
+        paced_burst(&topo, candidates, config, told_tx).await.into_iter().unzip();
     // The faults go on while the operator's last payments and cancels are under way.
     let operator = operator.await.unwrap_or_default();
 
@@ -208,7 +210,10 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         Ok(conn) => conn,
         Err(e) => {
             let nodes: Vec<u16> = topo.redis.lock().expect("redis lock").iter().map(|n| n.port).collect();
-            anyhow::bail!("reaching the primary for the final check: {e}; Sentinel names port {:?}, data nodes on {nodes:?}", topo.primary_port().ok());
+            anyhow::bail!(
+                "reaching the primary for the final check: {e}; Sentinel names port {:?}, data nodes on {nodes:?}",
+                topo.primary_port().ok()
+            );
         }
     };
     let mut violations = invariants::violations(&mut conn, &topo.store, &event).await?;
@@ -225,7 +230,9 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     let topo = Arc::try_unwrap(topo).map_err(|_| anyhow::anyhow!("topology still shared at the end of the run"))?;
     let fleet = topo.shutdown().await;
     let tally = Tally::of(&outcomes);
-    let answered = |call: OperatorCall, what: &str| journal.operator.iter().filter(|a| a.call == call && a.status == 200 && a.what == what).count();
+    let answered = |call: OperatorCall, what: &str| {
+        journal.operator.iter().filter(|a| a.call == call && a.status == 200 && a.what == what).count()
+    };
     Ok(Report {
         faults: kinds,
         broken_guard: config.break_guard.clone(),
@@ -307,7 +314,8 @@ async fn settle(topo: &Topology, event: &EventId, waited_hold: Option<i64>) {
     loop {
         let pending = topo.sale.drain(event, Duration::from_secs(5)).await.unwrap_or(-1);
         let held = topo.store.state_counts(event).await.map(|c| c.get("held").copied().unwrap_or(0)).unwrap_or(-1);
-        let unsettled = invariants::settled_violations(&topo.store, event, now_ms()).await.map(|v| v.len()).unwrap_or(1);
+        let unsettled =
+            invariants::settled_violations(&topo.store, event, now_ms()).await.map(|v| v.len()).unwrap_or(1);
         if pending == 0 && unsettled == 0 && (!wait_holds || held == 0) {
             return;
         }
@@ -322,7 +330,12 @@ async fn settle(topo: &Topology, event: &EventId, waited_hold: Option<i64>) {
 /// What every real candidate was told, by code hash and nonce.
 fn told_of(outcomes: &[Outcome], answered_at: &[(i64, i64)]) -> Vec<Told> {
     assert_eq!(outcomes.len(), answered_at.len(), "one answer time per outcome");
-    outcomes.iter().zip(answered_at).filter(|(o, _)| !o.candidate.bot).filter_map(|(o, (asked, answered))| told_one(o, *asked, *answered)).collect()
+    outcomes
+        .iter()
+        .zip(answered_at)
+        .filter(|(o, _)| !o.candidate.bot)
+        .filter_map(|(o, (asked, answered))| told_one(o, *asked, *answered))
+        .collect()
 }
 
 fn told_one(o: &Outcome, asked_ms: i64, answered_ms: i64) -> Option<Told> {
@@ -346,12 +359,28 @@ fn told_one(o: &Outcome, asked_ms: i64, answered_ms: i64) -> Option<Told> {
 
 impl Report {
     pub fn print(&self) {
-        println!("fault run: {:?}{}", self.faults, self.broken_guard.as_ref().map(|g| format!(" (guard broken: {g})")).unwrap_or_default());
-        println!("  {} candidates for {} seats, {} requests, {} retries, {} without a final answer", self.candidates, self.seats, self.requests, self.retries, self.gave_up);
+        println!(
+            "fault run: {:?}{}",
+            self.faults,
+            self.broken_guard.as_ref().map(|g| format!(" (guard broken: {g})")).unwrap_or_default()
+        );
+        println!(
+            "  {} candidates for {} seats, {} requests, {} retries, {} without a final answer",
+            self.candidates, self.seats, self.requests, self.retries, self.gave_up
+        );
         println!("  answers: {:?}; honeypot bots (fake 201s): {:?}", self.answers, self.bot_answers);
-        println!("  faults injected: {:?}; replies lost {}; serve kills {} (restarts {})", self.faults_injected, self.replies_lost, self.serve_kills, self.serve_restarts);
-        println!("  admitted (told 201): {} ({} after booking again); hold {} s; {} committer connections per serve", self.admitted, self.rebookings, self.hold_seconds, self.commit_connections);
-        println!("  operator calls: {} ({} paid, {} cancelled); database rows: {:?}; Redis counts taken: {}", self.operator_calls, self.paid_by_runner, self.cancelled_by_runner, self.db_states, self.redis_taken);
+        println!(
+            "  faults injected: {:?}; replies lost {}; serve kills {} (restarts {})",
+            self.faults_injected, self.replies_lost, self.serve_kills, self.serve_restarts
+        );
+        println!(
+            "  admitted (told 201): {} ({} after booking again); hold {} s; {} committer connections per serve",
+            self.admitted, self.rebookings, self.hold_seconds, self.commit_connections
+        );
+        println!(
+            "  operator calls: {} ({} paid, {} cancelled); database rows: {:?}; Redis counts taken: {}",
+            self.operator_calls, self.paid_by_runner, self.cancelled_by_runner, self.db_states, self.redis_taken
+        );
         println!("  violations: {}", self.violations.len());
         for v in &self.violations {
             println!("    - {v}");

@@ -123,7 +123,11 @@ pub async fn start_link(upstream: String) -> std::io::Result<(String, Arc<LinkSw
 }
 
 /// Copies one direction, reading only while the switch is on.
-async fn pump(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, mut on: tokio::sync::watch::Receiver<bool>) -> std::io::Result<()> {
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut on: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
     let mut buf = vec![0u8; CHUNK_BYTES];
     loop {
         if on.wait_for(|on| *on).await.is_err() {

@@ -7,8 +7,8 @@ use crate::domain::code::{CodeHasher, NormalisedCode};
 use crate::domain::event::EventSpec;
 use crate::fault_hooks::FaultPlan;
 use crate::lab::fleet::{Fleet, ServeSpec};
-use crate::redis_io::link::RedisLink;
 use crate::lab::redis_server::{command_at, RedisOptions, RedisServer};
+use crate::redis_io::link::RedisLink;
 use crate::sale::{Sale, SaleSettings};
 use crate::store::Store;
 use anyhow::{bail, Context};
@@ -54,18 +54,25 @@ enum SlowLock {
 /// How long the database-slow fault's own connection waits for SQLite's write lock.
 const SLOW_LOCK_WAIT: Duration = Duration::from_secs(5);
 
-pub use crate::lab::scratch_db::POSTGRES_ADMIN_URL;
 use crate::lab::scratch_db::ScratchDb;
+pub use crate::lab::scratch_db::POSTGRES_ADMIN_URL;
 
 impl RunDb {
     async fn new(postgres: bool) -> anyhow::Result<Self> {
         let scratch = if postgres {
-            ScratchDb::postgres(POSTGRES_ADMIN_URL, "seatrush_faults").await.context("the fault runner's database needs PostgreSQL on 127.0.0.1:5432")?
+            ScratchDb::postgres(POSTGRES_ADMIN_URL, "seatrush_faults")
+                .await
+                .context("the fault runner's database needs PostgreSQL on 127.0.0.1:5432")?
         } else {
             ScratchDb::sqlite("faults.db")?
         };
         let pg_name = scratch.postgres_name().map(str::to_owned);
-        Ok(Self { url: scratch.url.clone(), scratch: tokio::sync::Mutex::new(scratch), pg_name, slow: Default::default() })
+        Ok(Self {
+            url: scratch.url.clone(),
+            scratch: tokio::sync::Mutex::new(scratch),
+            pg_name,
+            slow: Default::default(),
+        })
     }
 
     /// Makes the database refuse every connection (and ends the open ones), or lets them in again.
@@ -74,10 +81,12 @@ impl RunDb {
         let admin = sqlx::PgPool::connect(POSTGRES_ADMIN_URL).await?;
         sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS {available}")).execute(&admin).await?;
         if !available {
-            sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()")
-                .bind(name)
-                .execute(&admin)
-                .await?;
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            )
+            .bind(name)
+            .execute(&admin)
+            .await?;
         }
         admin.close().await;
         Ok(())
@@ -175,7 +184,10 @@ fn data_node(replica_of: Option<u16>, port: Option<u16>, min_replicas_to_write: 
     RedisOptions {
         replica_of,
         port,
-        extra: vec![("min-replicas-to-write".into(), min_replicas_to_write.to_string()), ("min-replicas-max-lag".into(), "10".into())],
+        extra: vec![
+            ("min-replicas-to-write".into(), min_replicas_to_write.to_string()),
+            ("min-replicas-max-lag".into(), "10".into()),
+        ],
         ..Default::default()
     }
 }
@@ -192,7 +204,9 @@ impl Topology {
         .await??;
         let primary_port = primary.port;
         let sentinels = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<RedisServer>> {
-            let sentinels = (0..3).map(|_| RedisServer::start_sentinel(primary_port, MASTER_NAME, 2)).collect::<anyhow::Result<Vec<_>>>()?;
+            let sentinels = (0..3)
+                .map(|_| RedisServer::start_sentinel(primary_port, MASTER_NAME, 2))
+                .collect::<anyhow::Result<Vec<_>>>()?;
             wait_sentinels_agree(&sentinels)?;
             Ok(sentinels)
         })
@@ -206,12 +220,16 @@ impl Topology {
         let store = Store::connect(&db.url).await?;
         store.apply_event(spec).await?;
         let hasher = CodeHasher::from_env();
-        let hashes: Vec<_> = codes.iter().filter_map(|c| NormalisedCode::parse(c).ok()).map(|c| hasher.hash(&c)).collect();
+        let hashes: Vec<_> =
+            codes.iter().filter_map(|c| NormalisedCode::parse(c).ok()).map(|c| hasher.hash(&c)).collect();
         store.import_allowlist(&spec.id, &hashes).await?;
         let link = Arc::new(RedisLink::new(&sentinel_url)?);
         crate::ops::loader::open_event(&mut link.check().await?, &store, &spec.id).await?;
 
-        let settings = SaleSettings { persist_timeout: Duration::from_millis(options.persist_timeout_ms), ..SaleSettings::default() };
+        let settings = SaleSettings {
+            persist_timeout: Duration::from_millis(options.persist_timeout_ms),
+            ..SaleSettings::default()
+        };
         let sale = Arc::new(Sale::new(link, store.clone(), settings, FaultPlan::none()));
 
         let logs = tempfile::Builder::new().prefix("seatrush-faults-").tempdir()?;
@@ -229,7 +247,9 @@ impl Topology {
         if let Some(guard) = &options.broken_guard {
             env.push(("SEATRUSH_BREAK_GUARD".into(), guard.clone()));
         }
-        let fleet = Fleet::start(ServeSpec { bin: options.bin.clone(), env, log_dir: logs.path().into() }, options.serves).await?;
+        let fleet =
+            Fleet::start(ServeSpec { bin: options.bin.clone(), env, log_dir: logs.path().into() }, options.serves)
+                .await?;
         let dial = Arc::new(LossDial::default());
         let mut client_urls = Vec::new();
         for url in fleet.urls() {
@@ -259,7 +279,9 @@ impl Topology {
         // port where a restarted replica now listens: take the first named port whose node says
         // it is a master.
         for s in &self.sentinels {
-            let Ok((_, port)) = s.command::<(String, u16)>(redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(MASTER_NAME)) else {
+            let Ok((_, port)) =
+                s.command::<(String, u16)>(redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(MASTER_NAME))
+            else {
                 continue;
             };
             if self.is_master(port) {
@@ -320,7 +342,9 @@ impl Topology {
             tokio::time::sleep(Duration::from_millis(100)).await;
             match self.primary_port() {
                 Ok(p) if p != old => break p,
-                _ if Instant::now() > deadline => bail!("Sentinel did not promote a replica within {SENTINEL_TIMEOUT:?}"),
+                _ if Instant::now() > deadline => {
+                    bail!("Sentinel did not promote a replica within {SENTINEL_TIMEOUT:?}")
+                }
                 _ => {}
             }
         };
@@ -330,7 +354,8 @@ impl Topology {
             tracing::warn!(error = %e, "partition not mended after the failover");
         }
         let min = self.min_replicas_to_write;
-        let node = tokio::task::spawn_blocking(move || RedisServer::start(&data_node(Some(new), Some(old), min))).await??;
+        let node =
+            tokio::task::spawn_blocking(move || RedisServer::start(&data_node(Some(new), Some(old), min))).await??;
         self.redis.lock().expect("redis lock").push(node);
         let deadline = Instant::now() + SENTINEL_TIMEOUT;
         loop {
@@ -409,8 +434,10 @@ fn wait_sentinels_agree(sentinels: &[RedisServer]) -> anyhow::Result<()> {
     let deadline = Instant::now() + SENTINEL_TIMEOUT;
     loop {
         let ready = sentinels.iter().all(|s| {
-            let peers: Vec<redis::Value> = s.command(redis::cmd("SENTINEL").arg("sentinels").arg(MASTER_NAME)).unwrap_or_default();
-            let replicas: Vec<redis::Value> = s.command(redis::cmd("SENTINEL").arg("replicas").arg(MASTER_NAME)).unwrap_or_default();
+            let peers: Vec<redis::Value> =
+                s.command(redis::cmd("SENTINEL").arg("sentinels").arg(MASTER_NAME)).unwrap_or_default();
+            let replicas: Vec<redis::Value> =
+                s.command(redis::cmd("SENTINEL").arg("replicas").arg(MASTER_NAME)).unwrap_or_default();
             peers.len() == sentinels.len() - 1 && replicas.len() == 1
         });
         if ready {

@@ -67,7 +67,11 @@ pub trait Strategy: Send + Sync + 'static {
     /// A client's own connection.
     type Client: Send;
     fn client(&self) -> impl std::future::Future<Output = anyhow::Result<Self::Client>> + Send;
-    fn attempt(&self, client: &mut Self::Client, candidate: u64) -> impl std::future::Future<Output = anyhow::Result<Attempt>> + Send;
+    fn attempt(
+        &self,
+        client: &mut Self::Client,
+        candidate: u64,
+    ) -> impl std::future::Future<Output = anyhow::Result<Attempt>> + Send;
     /// (admissions recorded, counter) as stored after a round.
     fn stored(&self) -> impl std::future::Future<Output = anyhow::Result<(i64, i64)>> + Send;
 }
@@ -89,13 +93,19 @@ pub async fn run(args: &StrategiesArgs) -> anyhow::Result<()> {
     let report = serde_json::json!({ "seats": args.seats, "clients": args.clients, "rounds": args.rounds, "machine": machine, "strategies": all });
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     eprintln!("wrote {}", path.display());
-    anyhow::ensure!(all.iter().filter(|f| f.strategy != "set_nx_lock").all(|f| f.oversell_check == "pass"), "an oversell check failed");
+    anyhow::ensure!(
+        all.iter().filter(|f| f.strategy != "set_nx_lock").all(|f| f.oversell_check == "pass"),
+        "an oversell check failed"
+    );
     Ok(())
 }
 
 fn print(all: &[Figures], args: &StrategiesArgs) {
     println!("hot event: {} seats, {} clients, {} rounds per strategy", args.seats, args.clients, args.rounds);
-    println!("{:<18} {:>12} {:>10} {:>14} {:>9} {:>9} {:>10}", "strategy", "admitted/s", "retried", "retried/adm", "p50 ms", "p99 ms", "oversell");
+    println!(
+        "{:<18} {:>12} {:>10} {:>14} {:>9} {:>9} {:>10}",
+        "strategy", "admitted/s", "retried", "retried/adm", "p50 ms", "p99 ms", "oversell"
+    );
     for f in all {
         println!(
             "{:<18} {:>12.0} {:>10} {:>14.2} {:>9.2} {:>9.2} {:>10}",
@@ -104,7 +114,11 @@ fn print(all: &[Figures], args: &StrategiesArgs) {
     }
     if let Some(script) = all.iter().find(|f| f.strategy == "lua_script") {
         for f in all.iter().filter(|f| f.strategy != "lua_script") {
-            println!("the script admits {:.1}x as fast as {}", script.admissions_per_s / f.admissions_per_s.max(1e-9), f.strategy);
+            println!(
+                "the script admits {:.1}x as fast as {}",
+                script.admissions_per_s / f.admissions_per_s.max(1e-9),
+                f.strategy
+            );
         }
     }
 }
@@ -140,7 +154,11 @@ async fn measure<S: Strategy>(strategy: Arc<S>, args: &StrategiesArgs) -> anyhow
         let (records, counter) = strategy.stored().await?;
         if records != args.seats || counter != args.seats || round_admitted as i64 != args.seats {
             check = "FAIL";
-            eprintln!("{}: {round_admitted} admitted answers, {records} records, counter {counter}, {} seats", strategy.name(), args.seats);
+            eprintln!(
+                "{}: {round_admitted} admitted answers, {records} records, counter {counter}, {} seats",
+                strategy.name(),
+                args.seats
+            );
         }
     }
     Ok(Figures {
@@ -166,8 +184,19 @@ struct ClientFigures {
     latency: Histogram<u64>,
 }
 
-async fn client_loop<S: Strategy>(strategy: Arc<S>, mut client: S::Client, next: Arc<AtomicU64>, sold_out: Arc<AtomicBool>) -> anyhow::Result<ClientFigures> {
-    let mut f = ClientFigures { admitted: 0, attempts: 0, retried: 0, failed: 0, latency: Histogram::new_with_bounds(1, 600_000_000, 3)? };
+async fn client_loop<S: Strategy>(
+    strategy: Arc<S>,
+    mut client: S::Client,
+    next: Arc<AtomicU64>,
+    sold_out: Arc<AtomicBool>,
+) -> anyhow::Result<ClientFigures> {
+    let mut f = ClientFigures {
+        admitted: 0,
+        attempts: 0,
+        retried: 0,
+        failed: 0,
+        latency: Histogram::new_with_bounds(1, 600_000_000, 3)?,
+    };
     'candidates: while !sold_out.load(Ordering::Relaxed) {
         let candidate = next.fetch_add(1, Ordering::Relaxed);
         let first = Instant::now();

@@ -3,8 +3,8 @@
 use super::{Attempt, Strategy, LOCK_BACKOFF, LOCK_TTL_MS};
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
-use crate::redis_io::keys::EventKeys;
 use crate::domain::nonce::Nonce;
+use crate::redis_io::keys::EventKeys;
 use crate::redis_io::scripts::{AdmitReply, Scripts};
 use redis::aio::MultiplexedConnection;
 use redis::Client;
@@ -48,7 +48,14 @@ impl Strategy for LuaScript {
     async fn reset(&self, seats: i64) -> anyhow::Result<()> {
         let mut c = connect(&self.client).await?;
         let k = &self.keys;
-        redis::cmd("DEL").arg(&k.adm).arg(&k.taken).arg(&k.cap).arg(&k.free).arg(&k.pending).query_async::<()>(&mut c).await?;
+        redis::cmd("DEL")
+            .arg(&k.adm)
+            .arg(&k.taken)
+            .arg(&k.cap)
+            .arg(&k.free)
+            .arg(&k.pending)
+            .query_async::<()>(&mut c)
+            .await?;
         redis::cmd("HSET").arg(&k.cap).arg(LEVEL).arg(seats).query_async::<()>(&mut c).await?;
         let mut zadd = redis::cmd("ZADD");
         zadd.arg(&k.free);
@@ -66,7 +73,8 @@ impl Strategy for LuaScript {
 
     async fn attempt(&self, c: &mut MultiplexedConnection, candidate: u64) -> anyhow::Result<Attempt> {
         let nonce = Nonce::parse(&format!("nonce-{candidate:08}")).expect("a valid nonce");
-        let call = self.scripts.admit_call(&self.keys, &candidate_hash(candidate), &nonce, LEVEL, &format!("a{candidate}"));
+        let call =
+            self.scripts.admit_call(&self.keys, &candidate_hash(candidate), &nonce, LEVEL, &format!("a{candidate}"));
         Ok(match AdmitReply::decode_single(call.query_async(c).await?)? {
             AdmitReply::Admitted { .. } => Attempt::Admitted,
             AdmitReply::SoldOut | AdmitReply::LevelFull => Attempt::SoldOut,
@@ -108,7 +116,8 @@ impl Counter {
 
     async fn stored(&self) -> anyhow::Result<(i64, i64)> {
         let mut c = connect(&self.client).await?;
-        let (records, count): (i64, Option<i64>) = redis::pipe().hlen(RECORDS_KEY).get(COUNT_KEY).query_async(&mut c).await?;
+        let (records, count): (i64, Option<i64>) =
+            redis::pipe().hlen(RECORDS_KEY).get(COUNT_KEY).query_async(&mut c).await?;
         Ok((records, count.unwrap_or(0)))
     }
 }
@@ -146,8 +155,12 @@ impl Strategy for WatchMultiExec {
             redis::cmd("UNWATCH").query_async::<()>(c).await?;
             return Ok(Attempt::SoldOut);
         }
-        let done: Option<(i64, i64)> =
-            redis::pipe().atomic().incr(COUNT_KEY, 1).hset(RECORDS_KEY, candidate_hash(candidate).as_str(), count + 1).query_async(c).await?;
+        let done: Option<(i64, i64)> = redis::pipe()
+            .atomic()
+            .incr(COUNT_KEY, 1)
+            .hset(RECORDS_KEY, candidate_hash(candidate).as_str(), count + 1)
+            .query_async(c)
+            .await?;
         Ok(if done.is_some() { Attempt::Admitted } else { Attempt::Again })
     }
 
@@ -182,7 +195,8 @@ impl Strategy for SetNxLock {
 
     async fn attempt(&self, c: &mut MultiplexedConnection, candidate: u64) -> anyhow::Result<Attempt> {
         let token = format!("t{candidate}");
-        let locked: Option<String> = redis::cmd("SET").arg(LOCK_KEY).arg(&token).arg("NX").arg("PX").arg(LOCK_TTL_MS).query_async(c).await?;
+        let locked: Option<String> =
+            redis::cmd("SET").arg(LOCK_KEY).arg(&token).arg("NX").arg("PX").arg(LOCK_TTL_MS).query_async(c).await?;
         if locked.is_none() {
             tokio::time::sleep(LOCK_BACKOFF).await;
             return Ok(Attempt::Again);
@@ -192,7 +206,13 @@ impl Strategy for SetNxLock {
         let outcome = if count >= self.0.seats() {
             Attempt::SoldOut
         } else {
-            redis::pipe().incr(COUNT_KEY, 1).ignore().hset(RECORDS_KEY, candidate_hash(candidate).as_str(), count + 1).ignore().query_async::<()>(c).await?;
+            redis::pipe()
+                .incr(COUNT_KEY, 1)
+                .ignore()
+                .hset(RECORDS_KEY, candidate_hash(candidate).as_str(), count + 1)
+                .ignore()
+                .query_async::<()>(c)
+                .await?;
             Attempt::Admitted
         };
         redis::cmd("EVAL").arg(UNLOCK).arg(1).arg(LOCK_KEY).arg(&token).query_async::<i64>(c).await?;
