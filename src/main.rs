@@ -34,6 +34,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Allowlist { action: AllowlistAction::Import { event, file } } => {
             ops::import_allowlist(s, &event, &file).await?
         }
+        Command::Allowlist { action: AllowlistAction::Generate { event, count, out } } => {
+            ops::generate_allowlist(s, &event, count as usize, &out).await?
+        }
         Command::Open(e) => ops::open(s, &e.event).await?,
         Command::Close(e) => ops::close(s, &e.event).await?,
         Command::Status { event, persist_timeout } => ops::status(s, &event.event, &persist_timeout).await?,

@@ -41,7 +41,9 @@ impl NormalisedCode {
         Ok(Self(code))
     }
 
-    fn as_bytes(&self) -> &[u8] {
+    /// The normalised code's bytes: for hashing, and for the shape estimate of
+    /// `ops/code_strength.rs`; never for a log.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         self.0.as_bytes()
     }
 }
@@ -87,6 +89,9 @@ impl fmt::Debug for CodeHasher {
     }
 }
 
+/// The fingerprint of "no pepper": plain SHA-256.
+pub const PLAIN_FINGERPRINT: &str = "none";
+
 /// The environment variable that holds the pepper; never a flag, so it stays out of `ps`.
 pub const PEPPER_ENV: &str = "SEATRUSH_CODE_PEPPER";
 
@@ -104,6 +109,25 @@ impl CodeHasher {
         match std::env::var(PEPPER_ENV) {
             Ok(p) if !p.is_empty() => Self::with_pepper(p.as_bytes()),
             _ => Self::plain(),
+        }
+    }
+
+    /// True when a pepper is set (HMAC-SHA-256), false for plain SHA-256.
+    pub fn is_peppered(&self) -> bool {
+        self.pepper.is_some()
+    }
+
+    /// What identifies the pepper without revealing it: the first 16 hex digits of an HMAC of a
+    /// fixed label under it, or `none` for plain SHA-256. Stored with the allowlist at import, so
+    /// an allowlist is never served with another pepper (every candidate would be refused).
+    pub fn fingerprint(&self) -> String {
+        match &self.pepper {
+            None => PLAIN_FINGERPRINT.to_owned(),
+            Some(key) => {
+                let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts any key length");
+                mac.update(b"seatrush pepper fingerprint v1");
+                hex::encode(&mac.finalize().into_bytes()[..8])
+            }
         }
     }
 
@@ -131,6 +155,16 @@ mod tests {
         assert!(a == b);
         let h = CodeHasher::plain();
         assert_eq!(h.hash(&a), h.hash(&b));
+    }
+
+    #[test]
+    fn a_fingerprint_tells_peppers_apart_and_reveals_neither() {
+        let (one, two) = (CodeHasher::with_pepper(b"pepper-one"), CodeHasher::with_pepper(b"pepper-two"));
+        assert_eq!(CodeHasher::plain().fingerprint(), PLAIN_FINGERPRINT);
+        assert_eq!(one.fingerprint(), CodeHasher::with_pepper(b"pepper-one").fingerprint());
+        assert_ne!(one.fingerprint(), two.fingerprint());
+        assert_eq!(one.fingerprint().len(), 16);
+        assert!(!one.fingerprint().contains("pepper"));
     }
 
     #[test]

@@ -13,7 +13,8 @@ use crate::sale::stats::Stats;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -96,9 +97,11 @@ pub struct AdmittedBody {
         (status = 400, description = "invalid_request: malformed JSON, a body over 4096 bytes, missing, over-long or non-string field, a code that does not normalise, a bad nonce, an unknown level", body = ErrorBody),
         (status = 403, description = "not_open, closed or not_registered", body = ErrorBody),
         (status = 404, description = "not_found: unknown or never opened event", body = ErrorBody),
+        (status = 408, description = "body_timeout: the body did not arrive within body-read-timeout-ms", body = ErrorBody),
+        (status = 415, description = "unsupported_media_type: the body is not sent as `Content-Type: application/json`; nothing is read or written", body = ErrorBody),
         (status = 409, description = "already_admitted (with the seat this code holds: `slot`, `level`, `hold_until`, each absent if unknown), level_full or sold_out", body = ErrorBody),
-        (status = 429, description = "rate_limited: this client address got too many not_registered answers or codes that do not normalise (setting `refusal-rate-per-minute`); a valid attempt is never limited", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds until this address may be refused again"))),
+        (status = 429, description = "rate_limited: this client address got too many not_registered answers or codes that do not normalise (setting `refusal-rate-per-minute`), or most of its recent attempts were such refusals (a guesser: every attempt is refused until its penalty ends, setting `guess-penalty-seconds`)", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds until this address may try again"))),
         (status = 503, description = "retry: Redis, the replica acknowledgement or the database could not finish; retry with the same nonce", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
@@ -106,16 +109,34 @@ pub async fn create(
     State(app): State<AppState>,
     client: ClientAddr,
     Path(event): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = Instant::now();
     let stats = &app.sale.stats;
-    let result = match body {
-        // Boxed: the booking's future holds every step down to the database write, and axum moves
-        // the handler's future twice on its way into the task; now those moves copy a pointer
-        // (callgrind: 1,400 fewer instructions of memcpy a booking).
-        Ok(body) => Box::pin(book(&app, &event, &body)).await,
-        Err(rejection) => Err(unreadable_body(&rejection).into()),
+    let result = if !is_json(&headers) {
+        // Before anything else: a form post from another site must not reach even the honeypot.
+        Err(ApiError::UnsupportedMediaType.into())
+    } else if let Err(wait) = app.edge.guesses.check(client.0, started) {
+        Err(ApiError::RateLimited(retry_after_seconds(wait)).into())
+    } else {
+        let result = match body {
+            // Boxed: the booking's future holds every step down to the database write, and axum
+            // moves the handler's future twice on its way into the task; now those moves copy a
+            // pointer (callgrind: 1,400 fewer instructions of memcpy a booking).
+            Ok(body) => Box::pin(book(&app, &event, &body)).await,
+            Err(rejection) => Err(unreadable_body(&rejection).into()),
+        };
+        if !matches!(result, Ok(Answer::Honeypot(_))) {
+            let about_code = matches!(&result, Err(refused) if refused.about_code);
+            if about_code {
+                Stats::bump(&stats.code_refusals);
+            }
+            if app.edge.guesses.record(client.0, about_code, started) {
+                Stats::bump(&stats.guessers_penalised);
+            }
+        }
+        result
     };
     let result = match result {
         Ok(answer) => Ok(answer),
@@ -144,6 +165,15 @@ pub async fn create(
         Ok(Answer::Booked(booked) | Answer::Honeypot(booked)) => created(&booked),
         Err(err) => err.into_response(),
     }
+}
+
+/// `Content-Type: application/json`, with or without parameters (`; charset=utf-8`).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
 }
 
 enum Answer {

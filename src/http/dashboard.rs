@@ -27,8 +27,10 @@ const OPS_PAGE: &str = include_str!("../../assets/ops.html");
 const EVENTS_MAX: usize = 20;
 
 /// `GET /ops`
-pub async fn page() -> Html<&'static str> {
-    Html(OPS_PAGE)
+pub async fn page() -> impl axum::response::IntoResponse {
+    static POLICY: std::sync::LazyLock<axum::http::HeaderValue> =
+        std::sync::LazyLock::new(|| super::headers::page_policy(OPS_PAGE));
+    ([(axum::http::header::CONTENT_SECURITY_POLICY, POLICY.clone())], Html(OPS_PAGE))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -110,11 +112,17 @@ pub struct LevelFill {
     responses(
         (status = 200, description = "Fill per event and level, this process's counters and latency", body = Summary),
         (status = 401, description = "unauthorized: missing or wrong operator token", body = ErrorBody),
+        (status = 429, description = "rate_limited: too many wrong tokens from this client address", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds until this address may try again"))),
         (status = 503, description = "retry: Redis or the database is unavailable", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn summary(State(app): State<AppState>, headers: HeaderMap) -> Result<Json<Summary>, ApiError> {
-    authorise(&app, &headers)?;
+pub async fn summary(
+    State(app): State<AppState>,
+    client: super::ClientAddr,
+    headers: HeaderMap,
+) -> Result<Json<Summary>, ApiError> {
+    authorise(&app, &headers, &client)?;
     let mut events = Vec::new();
     for id in open_events(&app).await? {
         if let Some(fill) = event_fill(&app, &id).await? {

@@ -47,6 +47,12 @@ pub enum ApiError {
     /// [`AnswerStatus::Unauthorized`].
     #[error("operator token required")]
     Unauthorized,
+    /// [`AnswerStatus::BodyTimeout`].
+    #[error("the body did not arrive in time")]
+    BodyTimeout,
+    /// [`AnswerStatus::UnsupportedMediaType`].
+    #[error("a booking must be sent as application/json")]
+    UnsupportedMediaType,
     /// [`AnswerStatus::NotOpen`].
     #[error("not open")]
     NotOpen,
@@ -71,10 +77,10 @@ pub enum ApiError {
     /// [`AnswerStatus::Released`].
     #[error("released")]
     Released,
-    /// [`AnswerStatus::Retry`], with what could not finish (logged, not sent).
     /// [`AnswerStatus::RateLimited`], with the seconds for `Retry-After`.
     #[error("rate limited")]
     RateLimited(u64),
+    /// [`AnswerStatus::Retry`], with what could not finish (logged, not sent).
     #[error("retry: {0}")]
     Retry(&'static str),
     /// [`AnswerStatus::InternalError`].
@@ -88,6 +94,8 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => AnswerStatus::InvalidRequest,
             ApiError::Unauthorized => AnswerStatus::Unauthorized,
+            ApiError::BodyTimeout => AnswerStatus::BodyTimeout,
+            ApiError::UnsupportedMediaType => AnswerStatus::UnsupportedMediaType,
             ApiError::NotOpen => AnswerStatus::NotOpen,
             ApiError::Closed => AnswerStatus::Closed,
             ApiError::NotRegistered => AnswerStatus::NotRegistered,

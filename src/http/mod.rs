@@ -5,38 +5,39 @@
 //! Every API route is registered through [`api_router`], which documents it in the OpenAPI
 //! document as it routes it; the pages are plain routes beside it.
 //!
-//! Under overload the edge answers rather than queues: at most `in_flight_max` requests run at
-//! once in this process, and one more is answered `503 retry` with `Retry-After` at once (tower's
-//! load-shed over its concurrency limit), so a stalled database parks a bounded number of
-//! handlers and every other client gets a fast answer.
+//! Under overload the edge answers rather than queues (`server.rs`): bodies are read under a
+//! deadline before a request takes one of the process's `in_flight_max` permits, one more is
+//! answered `503 retry` at once, and slow or idle connections time out; so a stalled database or
+//! a crowd of trickling sockets parks a bounded amount of work and every other client gets a
+//! fast answer.
 
 pub mod availability;
 pub mod bookings;
 pub mod dashboard;
 pub mod error;
+pub mod guess_guard;
+pub mod headers;
+pub mod health;
 pub mod metrics;
 pub mod openapi;
 pub mod operator;
 mod page;
 pub mod refusal_limit;
+pub mod server;
 
 use crate::domain::code::CodeHasher;
 use crate::sale::Sale;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use ipnet::IpNet;
 use refusal_limit::RefusalLimiter;
 use secrecy::SecretString;
-use serde::Serialize;
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use tokio::net::TcpListener;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::OpenApi;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
 
@@ -68,8 +69,6 @@ pub struct App {
     pub sale: Arc<Sale>,
     pub hasher: CodeHasher,
     pub operator_token: Option<SecretString>,
-    /// Requests handled at once; one more is answered `503 retry` without waiting.
-    pub in_flight_max: usize,
     pub edge: Arc<Edge>,
 }
 
@@ -80,27 +79,49 @@ pub struct EdgeSettings {
     pub refusal_rate_per_minute: u32,
     /// Proxies whose `X-Forwarded-For` names the client.
     pub trusted_proxies: Vec<IpNet>,
+    /// Requests handled at once in this process; one more is answered `503 retry` at once.
+    pub in_flight_max: usize,
+    /// Timeouts and the bound on open connections.
+    pub connections: server::ConnectionLimits,
+    /// When an address counts as a code guesser and is refused everything.
+    pub guessing: guess_guard::GuessPolicy,
+    /// Send `Strict-Transport-Security` (for operators who terminate TLS in front).
+    pub hsts: bool,
 }
 
 impl Default for EdgeSettings {
     fn default() -> Self {
-        Self { refusal_rate_per_minute: 30, trusted_proxies: Vec::new() }
+        Self {
+            refusal_rate_per_minute: 30,
+            trusted_proxies: Vec::new(),
+            in_flight_max: IN_FLIGHT_MAX_DEFAULT,
+            connections: Default::default(),
+            guessing: Default::default(),
+            hsts: false,
+        }
     }
 }
 
-/// What the edge keeps per process: the refusal limiter, the availability snapshots, the peak
-/// admission rate the dashboard shows.
+/// What the edge keeps per process: the work bound, the refusal limiter and the guesser guard,
+/// the availability snapshots and the readiness answer, the peak admission rate the dashboard
+/// shows.
 pub struct Edge {
     pub settings: EdgeSettings,
+    pub in_flight: server::InFlight,
     pub refusals: RefusalLimiter,
+    pub guesses: guess_guard::GuessGuard,
     pub availability: availability::AvailabilityCache,
+    pub readiness: health::ReadinessCache,
     pub admitted_peak: dashboard::PeakRate,
 }
 
 impl Edge {
     pub fn new(settings: EdgeSettings) -> Arc<Self> {
         Arc::new(Self {
+            in_flight: server::InFlight::new(settings.in_flight_max),
             refusals: RefusalLimiter::new(settings.refusal_rate_per_minute),
+            guesses: guess_guard::GuessGuard::new(settings.guessing),
+            readiness: Default::default(),
             availability: Default::default(),
             admitted_peak: Default::default(),
             settings,
@@ -127,7 +148,8 @@ impl FromRequestParts<AppState> for ClientAddr {
 /// The documented routes, with the document they build.
 pub fn api_router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .routes(routes!(healthz))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
         .routes(routes!(metrics::metrics))
         .routes(routes!(availability::availability))
         .routes(routes!(bookings::create).layer(DefaultBodyLimit::max(bookings::BOOKING_BODY_BYTES_MAX)))
@@ -145,76 +167,9 @@ pub fn router(state: AppState) -> Router {
         .route("/ops", get(dashboard::page))
         .route("/api/openapi.json", get(move || async move { Json(doc.as_ref().clone()) }))
         .merge(api)
-        .with_state(state.clone())
-        .layer(overload_layer(&state))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), server::read_then_admit))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), headers::protect))
+        .with_state(state)
 }
 
-/// Load-shed over a concurrency limit: a request that finds every slot taken is answered
-/// `503 retry` with `Retry-After` (our error body), never queued.
-fn overload_layer(
-    state: &AppState,
-) -> impl tower::Layer<
-    axum::routing::Route,
-    Service: tower::Service<
-        axum::extract::Request,
-        Response = axum::response::Response,
-        Error = std::convert::Infallible,
-        Future: Send,
-    > + Clone
-                 + Send
-                 + Sync
-                 + 'static,
-> + Clone
-       + Send
-       + Sync
-       + 'static {
-    let stats = state.sale.stats.clone();
-    tower::ServiceBuilder::new()
-        .layer(axum::error_handling::HandleErrorLayer::new(move |_: tower::BoxError| {
-            let stats = stats.clone();
-            async move {
-                crate::sale::stats::Stats::bump(&stats.shed);
-                error::ApiError::Retry("too many requests in flight")
-            }
-        }))
-        .load_shed()
-        .concurrency_limit(state.in_flight_max.max(1))
-}
-
-/// Whether this process can reach what a booking needs.
-#[derive(Serialize, ToSchema)]
-pub struct Health {
-    /// `ok` or `degraded`.
-    #[schema(example = "ok")]
-    status: &'static str,
-    redis: bool,
-    database: bool,
-}
-
-/// `GET /healthz`
-#[utoipa::path(get, path = "/healthz", tag = "operations",
-    responses(
-        (status = 200, description = "Redis and the database answer", body = Health),
-        (status = 503, description = "Redis or the database does not answer", body = Health),
-    ))]
-async fn healthz(State(app): State<AppState>) -> (StatusCode, Json<Health>) {
-    let redis_ok = match app.sale.link.shared().await {
-        Ok(mut conn) => redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok(),
-        Err(_) => false,
-    };
-    let database_ok = app.sale.store.ping().await;
-    let healthy = redis_ok && database_ok;
-    let status = if healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(Health { status: if healthy { "ok" } else { "degraded" }, redis: redis_ok, database: database_ok }))
-}
-
-/// Serves until `shutdown` resolves, then finishes the requests in flight.
-pub async fn serve(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
-}
+pub use server::serve;

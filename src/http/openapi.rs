@@ -49,16 +49,24 @@ mod tests {
         let (_, api) = api_router().split_for_parts();
         let doc = serde_json::to_value(&api).unwrap();
         let bookings = "/api/events/{event}/bookings";
-        assert_eq!(statuses(&doc, bookings, "post"), set(&["201", "400", "403", "404", "409", "429", "503"]));
+        assert_eq!(
+            statuses(&doc, bookings, "post"),
+            set(&["201", "400", "403", "404", "408", "409", "415", "429", "503"])
+        );
         assert_eq!(statuses(&doc, "/api/events/{event}", "get"), set(&["200", "304", "404", "503"]));
         // 400 too: the code in the path is normalised like a booking's and can fail to.
         for action in ["payment", "cancel"] {
             let path = format!("/api/events/{{event}}/bookings/{{code}}/{action}");
-            assert_eq!(statuses(&doc, &path, "post"), set(&["200", "400", "401", "404", "409", "503"]), "{path}");
+            assert_eq!(
+                statuses(&doc, &path, "post"),
+                set(&["200", "400", "401", "404", "409", "429", "503"]),
+                "{path}"
+            );
             assert!(doc["paths"][&path]["post"]["security"][0]["operator_token"].is_array());
         }
-        assert_eq!(statuses(&doc, "/healthz", "get"), set(&["200", "503"]));
-        assert_eq!(statuses(&doc, "/api/ops/summary", "get"), set(&["200", "401", "503"]));
+        assert_eq!(statuses(&doc, "/healthz", "get"), set(&["200"]));
+        assert_eq!(statuses(&doc, "/readyz", "get"), set(&["200", "503"]));
+        assert_eq!(statuses(&doc, "/api/ops/summary", "get"), set(&["200", "401", "429", "503"]));
         assert_eq!(statuses(&doc, "/metrics", "get"), set(&["200"]));
         assert!(doc["components"]["securitySchemes"]["operator_token"]["scheme"] == "bearer");
         assert!(doc["components"]["schemas"]["ErrorBody"].is_object());

@@ -2,37 +2,47 @@
 //! so it is normalised and hashed here and never logged.
 
 use super::error::{ApiError, ErrorBody};
-use super::AppState;
+use super::refusal_limit::retry_after_seconds;
+use super::{AppState, ClientAddr};
+use crate::domain::code::CodeHash;
 use crate::domain::code::NormalisedCode;
 use crate::domain::event::{rfc3339_ms, EventId};
-use crate::store::BookingRow;
+use crate::sale::lifecycle::LifecycleError;
+use crate::sale::stats::Stats;
+use crate::store::{AuditEntry, BookingRow};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use secrecy::ExposeSecret;
 use serde::Serialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 use utoipa::ToSchema;
 
-/// Checks `Authorization: Bearer <operator-token>` in constant time.
-pub fn authorise(app: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = app.operator_token.as_ref().map(|t| t.expose_secret()).filter(|t| !t.is_empty()) else {
-        return Err(ApiError::Unauthorized);
-    };
+/// Checks `Authorization: Bearer <operator-token>`. The two are compared as SHA-256 digests with
+/// `subtle`, so neither the token's bytes nor its length show in the time taken. A `401` counts
+/// against the address like a code-revealing refusal: past the limit the answer is `429`.
+pub fn authorise(app: &AppState, headers: &HeaderMap, client: &ClientAddr) -> Result<(), ApiError> {
     let given = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    let same_len = given.len() == expected.len();
-    let diff = given.bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b));
-    if same_len && diff == 0 {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthorized)
+    let matches = app.operator_token.as_ref().is_some_and(|expected| {
+        let (given, expected) = (Sha256::digest(given.as_bytes()), Sha256::digest(expected.expose_secret().as_bytes()));
+        bool::from(given.ct_eq(&expected))
+    });
+    if matches {
+        return Ok(());
+    }
+    Stats::bump(&app.sale.stats.operator_refusals);
+    match app.edge.refusals.check(client.0) {
+        Ok(()) => Err(ApiError::Unauthorized),
+        Err(wait) => Err(ApiError::RateLimited(retry_after_seconds(wait))),
     }
 }
 
-fn parse(app: &AppState, event: &str, code: &str) -> Result<(EventId, crate::domain::code::CodeHash), ApiError> {
+fn parse(app: &AppState, event: &str, code: &str) -> Result<(EventId, CodeHash), ApiError> {
     let event = EventId::parse(event).map_err(|_| ApiError::NotFound)?;
     let code = NormalisedCode::parse(code).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     Ok((event, app.hasher.hash(&code)))
@@ -70,6 +80,8 @@ fn booking_json(row: &BookingRow) -> Json<BookingState> {
         (status = 200, description = "The booking is paid", body = BookingState),
         (status = 400, description = "invalid_request: the code does not normalise", body = ErrorBody),
         (status = 401, description = "unauthorized: missing or wrong operator token", body = ErrorBody),
+        (status = 429, description = "rate_limited: too many wrong tokens from this client address", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds until this address may try again"))),
         (status = 404, description = "not_found: unknown event or no booking for this code", body = ErrorBody),
         (status = 409, description = "released: the hold ended before the payment arrived", body = ErrorBody),
         (status = 503, description = "retry: the database is unavailable", body = ErrorBody,
@@ -77,12 +89,15 @@ fn booking_json(row: &BookingRow) -> Json<BookingState> {
     ))]
 pub async fn pay(
     State(app): State<AppState>,
+    client: ClientAddr,
     headers: HeaderMap,
     Path((event, code)): Path<(String, String)>,
 ) -> Result<Json<BookingState>, ApiError> {
-    authorise(&app, &headers)?;
+    authorise(&app, &headers, &client)?;
     let (event, code) = parse(&app, &event, &code)?;
-    Ok(booking_json(&app.sale.pay(&event, &code).await?))
+    let result = app.sale.pay(&event, &code).await;
+    audit(&app, &event, "payment", &code, &client, outcome(&result)).await;
+    Ok(booking_json(&result?))
 }
 
 /// `POST /api/events/{event}/bookings/{code}/cancel`
@@ -96,6 +111,8 @@ pub async fn pay(
         (status = 200, description = "The booking is released; its seat is free again", body = BookingState),
         (status = 400, description = "invalid_request: the code does not normalise", body = ErrorBody),
         (status = 401, description = "unauthorized: missing or wrong operator token", body = ErrorBody),
+        (status = 429, description = "rate_limited: too many wrong tokens from this client address", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds until this address may try again"))),
         (status = 404, description = "not_found: unknown event or no booking for this code", body = ErrorBody),
         (status = 409, description = "released: already released", body = ErrorBody),
         (status = 503, description = "retry: the database is unavailable", body = ErrorBody,
@@ -103,12 +120,34 @@ pub async fn pay(
     ))]
 pub async fn cancel(
     State(app): State<AppState>,
+    client: ClientAddr,
     headers: HeaderMap,
     Path((event, code)): Path<(String, String)>,
 ) -> Result<Json<BookingState>, ApiError> {
-    authorise(&app, &headers)?;
+    authorise(&app, &headers, &client)?;
     let (event, code) = parse(&app, &event, &code)?;
-    let mut row = app.sale.cancel(&event, &code).await?;
+    let result = app.sale.cancel(&event, &code).await;
+    audit(&app, &event, "cancel", &code, &client, outcome(&result)).await;
+    let mut row = result?;
     row.state = "released".into();
     Ok(booking_json(&row))
+}
+
+/// How an operator action ended, as the audit trail keeps it.
+fn outcome(result: &Result<BookingRow, LifecycleError>) -> &'static str {
+    match result {
+        Ok(_) => "done",
+        Err(LifecycleError::NotFound) => "not_found",
+        Err(LifecycleError::Released) => "released",
+        Err(LifecycleError::Store(_)) => "database_unavailable",
+    }
+}
+
+/// Writes the action to the audit trail. A trail that cannot be written is logged, not a reason
+/// to undo a payment that the database already holds.
+async fn audit(app: &AppState, event: &EventId, action: &str, code: &CodeHash, client: &ClientAddr, outcome: &str) {
+    let entry = AuditEntry::new(event, action, code, &client.0.to_string(), outcome);
+    if let Err(err) = app.sale.store.audit(&entry).await {
+        tracing::warn!(error = %err, event = %event, action, "cannot write the audit trail");
+    }
 }

@@ -4,7 +4,10 @@
 use super::AppState;
 use crate::redis_io::keys::EVENTS_KEY;
 use axum::extract::{Path, State};
+use axum::http::header::CONTENT_SECURITY_POLICY;
+use axum::http::HeaderValue;
 use axum::response::{Html, IntoResponse, Redirect, Response};
+use std::sync::LazyLock;
 
 const BOOKING_PAGE: &str = include_str!("../../assets/booking.html");
 
@@ -21,6 +24,7 @@ pub async fn index(State(app): State<AppState>) -> Response {
 }
 
 /// `/events/{event}`: the page itself; the script finds the event in its own URL.
-pub async fn event_page(Path(_event): Path<String>) -> Html<&'static str> {
-    Html(BOOKING_PAGE)
+pub async fn event_page(Path(_event): Path<String>) -> impl IntoResponse {
+    static POLICY: LazyLock<HeaderValue> = LazyLock::new(|| super::headers::page_policy(BOOKING_PAGE));
+    ([(CONTENT_SECURITY_POLICY, POLICY.clone())], Html(BOOKING_PAGE))
 }

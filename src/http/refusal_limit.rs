@@ -88,7 +88,7 @@ pub fn retry_after_seconds(wait: Duration) -> u64 {
 }
 
 /// IPv4 (also when mapped into IPv6) as is; IPv6 by its /64.
-fn key_of(client: IpAddr) -> IpAddr {
+pub(crate) fn key_of(client: IpAddr) -> IpAddr {
     match client {
         IpAddr::V4(_) => client,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

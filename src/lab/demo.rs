@@ -43,9 +43,9 @@ pub async fn run(connections: &Connections, args: &DemoArgs) -> anyhow::Result<(
     connections.redis_url = primary.url();
     connections.database_url = format!("sqlite://{}", dir.path().join("demo.db").display());
     let mut serve = args.serve.clone();
+    // 32 hex digits of a v4 UUID (122 random bits): the shortest token `serve` accepts.
     let token = serve
-        .operator_token
-        .as_ref()
+        .operator_token()?
         .map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), |t| t.expose_secret().to_owned());
     serve.operator_token = Some(SecretString::from(token.clone()));
 

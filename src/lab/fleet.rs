@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// How long a `serve` may take to answer `/healthz`.
+/// How long a `serve` may take to answer `/readyz`.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often the supervisor looks for dead members.
 const SUPERVISE_INTERVAL: Duration = Duration::from_millis(25);
@@ -66,12 +66,12 @@ fn spawn(spec: &ServeSpec, port: u16) -> anyhow::Result<Child> {
     crate::lab::redis_server::spawn_tied(cmd).with_context(|| format!("starting {}", spec.bin.display()))
 }
 
-/// Polls `/healthz` until it answers 200.
+/// Polls `/readyz` until it answers 200.
 pub async fn wait_healthy(url: &str) -> anyhow::Result<()> {
     let client = reqwest::Client::builder().timeout(Duration::from_secs(1)).build()?;
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
-        if let Ok(r) = client.get(format!("{url}/healthz")).send().await {
+        if let Ok(r) = client.get(format!("{url}/readyz")).send().await {
             if r.status().is_success() {
                 return Ok(());
             }

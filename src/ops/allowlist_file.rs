@@ -14,6 +14,8 @@ const CODE_COLUMN: &str = "code";
 #[derive(Debug, Default)]
 pub struct ParsedAllowlist {
     pub hashes: Vec<CodeHash>,
+    /// The codes' shapes, for the guessability warning (the codes themselves are not kept).
+    pub shapes: super::code_strength::Shapes,
     /// (line number, reason) for every line that was not a valid code.
     pub bad_lines: Vec<(u64, String)>,
 }
@@ -53,7 +55,10 @@ pub fn parse_allowlist(file: &[u8], hasher: &CodeHasher) -> ParsedAllowlist {
         match raw.map(str::trim) {
             Some("") if record.iter().all(|f| f.trim().is_empty()) => {}
             Some(raw) => match NormalisedCode::parse(raw) {
-                Ok(code) => out.hashes.push(hasher.hash(&code)),
+                Ok(code) => {
+                    out.shapes.add(&code);
+                    out.hashes.push(hasher.hash(&code));
+                }
                 Err(e) => out.bad_lines.push((line, e.to_string())),
             },
             None => out.bad_lines.push((line, "no code column on this line".into())),

@@ -1,7 +1,7 @@
 //! The operator commands: `event apply`, `allowlist import`, `open`, `close`, `status`,
 //! `reconcile`, `serve`. Each returns an error with one clear line for the binary to print.
 
-use crate::domain::code::CodeHasher;
+use crate::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 use crate::domain::event::{EventId, EventSpec};
 use crate::fault_hooks::FaultPlan;
 use crate::http::{self, App, AppState, Edge};
@@ -31,8 +31,11 @@ pub async fn apply_event(connections: &Connections, file: &Path) -> anyhow::Resu
 pub async fn import_allowlist(connections: &Connections, event: &str, file: &Path) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let parsed = parse_allowlist(&bytes, &CodeHasher::from_env());
+    let hasher = CodeHasher::from_env();
+    warn_if_unpeppered(&hasher);
+    let parsed = parse_allowlist(&bytes, &hasher);
     let store = Store::connect(&connections.database_url).await?;
+    store.set_allowlist_pepper(&id, &hasher.fingerprint()).await?;
     let added = store.import_allowlist(&id, &parsed.hashes).await?;
     println!(
         "imported {} codes into {id}: {added} new, {} already there",
@@ -42,9 +45,47 @@ pub async fn import_allowlist(connections: &Connections, event: &str, file: &Pat
     for (line, why) in parsed.bad_lines.iter().take(50) {
         eprintln!("{}:{line}: {why}", file.display());
     }
+    if let Some(warning) = parsed.shapes.warning() {
+        eprintln!("warning: {warning}");
+    }
     if !parsed.bad_lines.is_empty() {
         bail!("{} bad lines in {} were skipped (the rest were imported)", parsed.bad_lines.len(), file.display());
     }
+    Ok(())
+}
+
+/// `allowlist generate`: fresh codes into a new file, their hashes into the event's allowlist.
+pub async fn generate_allowlist(
+    connections: &Connections,
+    event: &str,
+    count: usize,
+    out: &Path,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let id = EventId::parse(event)?;
+    let hasher = CodeHasher::from_env();
+    warn_if_unpeppered(&hasher);
+    let store = Store::connect(&connections.database_url).await?;
+    store.set_allowlist_pepper(&id, &hasher.fingerprint()).await?;
+    let codes = crate::ops::code_strength::generate(count);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(out)
+        .with_context(|| format!("cannot create {} (it must not exist yet)", out.display()))?;
+    for code in &codes {
+        writeln!(file, "{code}")?;
+    }
+    file.sync_all()?;
+    let hashes: Vec<CodeHash> =
+        codes.iter().map(|c| hasher.hash(&NormalisedCode::parse(c).expect("generated codes normalise"))).collect();
+    let added = store.import_allowlist(&id, &hashes).await?;
+    println!(
+        "wrote {count} codes ({:.0} bits each) to {} and imported {added} into {id}. The file holds the raw codes: \
+         send each candidate theirs, then delete it",
+        crate::ops::code_strength::generated_bits(),
+        out.display()
+    );
     Ok(())
 }
 
@@ -55,9 +96,24 @@ async fn connect(connections: &Connections) -> anyhow::Result<(RedisLink, Store)
     Ok((link, store))
 }
 
+/// Says, at start, that code hashes without a pepper can be reversed from a dump.
+pub fn warn_if_unpeppered(hasher: &CodeHasher) {
+    if !hasher.is_peppered() {
+        tracing::warn!(
+            "{} is not set: code hashes are plain SHA-256, which a leaked database or Redis dump turns back \
+             into short codes in seconds. Set it (a long random secret, the same on every host) before importing \
+             the allowlist of a real sale",
+            crate::domain::code::PEPPER_ENV
+        );
+    }
+}
+
 pub async fn open(connections: &Connections, event: &str) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
+    let hasher = CodeHasher::from_env();
+    warn_if_unpeppered(&hasher);
     let (link, store) = connect(connections).await?;
+    store.check_allowlist_pepper(&id, &hasher.fingerprint()).await?;
     let mut conn = link.check().await?;
     let report = loader::open_event(&mut conn, &store, &id).await?;
     for warning in report.min_replicas_warning.iter().chain(&report.persistence_warning) {
@@ -131,8 +187,25 @@ pub async fn status(connections: &Connections, event: &str, persist_timeout: &Pe
             println!("  {why}");
         }
     }
+    let audit = store.recent_audit(&id, AUDIT_SHOWN_MAX).await?;
+    if !audit.is_empty() {
+        println!("last {} operator actions (newest first):", audit.len());
+        for a in &audit {
+            println!(
+                "  {}  {:<8} {}…  from {:<15} {}",
+                crate::domain::event::rfc3339_ms(a.at_ms),
+                a.action,
+                &a.code_hash[..a.code_hash.len().min(12)],
+                a.client,
+                a.outcome
+            );
+        }
+    }
     Ok(())
 }
+
+/// Operator actions `status` lists, newest first.
+const AUDIT_SHOWN_MAX: i64 = 10;
 
 pub async fn reconcile(connections: &Connections, event: &str, repair: bool) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
@@ -174,7 +247,13 @@ pub fn sale_settings(settings: &ServeSettings) -> SaleSettings {
 
 /// Connects everything `serve` needs, after checking the primary will not evict.
 pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> anyhow::Result<AppState> {
+    let operator_token = settings.operator_token()?;
+    let hasher = CodeHasher::from_env();
+    warn_if_unpeppered(&hasher);
     let (link, store) = connect(connections).await?;
+    for id in store.events_in_state("open").await? {
+        store.check_allowlist_pepper(&id, &hasher.fingerprint()).await?;
+    }
     let mut conn = link.check().await?;
     require_noeviction(&mut conn).await?;
     if let Some(warning) = crate::redis_io::link::persistence_warning(&mut conn).await? {
@@ -184,13 +263,7 @@ pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> a
     if sale.settings.allowlist_in_memory {
         sale.allowlist.warm(&sale.catalog).await?;
     }
-    Ok(AppState::new(App {
-        sale: Arc::new(sale),
-        hasher: CodeHasher::from_env(),
-        operator_token: settings.operator_token.clone(),
-        in_flight_max: settings.in_flight_max,
-        edge: Edge::new(settings.edge()),
-    }))
+    Ok(AppState::new(App { sale: Arc::new(sale), hasher, operator_token, edge: Edge::new(settings.edge()) }))
 }
 
 /// Serves HTTP and runs the reaper until ctrl-c or SIGTERM.

@@ -8,6 +8,7 @@
 use clap::builder::RangedU64ValueParser;
 use clap::{value_parser, Args};
 use secrecy::SecretString;
+use std::time::Duration;
 
 /// Where Redis and the database are.
 #[derive(Args, Debug, Clone)]
@@ -31,8 +32,14 @@ pub struct ServeSettings {
     /// Address to listen on
     #[arg(long, env = "SEATRUSH_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
-    /// Bearer token for the operator endpoints (payment, cancel); unset refuses them all
-    #[arg(long, env = "SEATRUSH_OPERATOR_TOKEN", hide_env_values = true, value_parser = secret)]
+    /// File holding the bearer token for the operator endpoints (payment, cancel, the dashboard);
+    /// or set SEATRUSH_OPERATOR_TOKEN. Never a flag: argv is visible to every user of the host.
+    /// At least 32 characters; unset refuses every operator request
+    #[arg(long, env = "SEATRUSH_OPERATOR_TOKEN_FILE")]
+    pub operator_token_file: Option<std::path::PathBuf>,
+    /// The operator token itself: from SEATRUSH_OPERATOR_TOKEN or the file, by
+    /// [`ServeSettings::operator_token`]; code that builds a server in-process may set it.
+    #[arg(skip)]
     pub operator_token: Option<SecretString>,
     /// Replicas that must acknowledge an admission before it counts (0 = no WAIT)
     #[arg(long, env = "SEATRUSH_WAIT_REPLICAS", default_value_t = 1, value_parser = value_parser!(u32).range(0..=CONNECTIONS_MAX as i64))]
@@ -83,7 +90,39 @@ pub struct ServeSettings {
     /// from anyone else the header is ignored
     #[arg(long, env = "SEATRUSH_TRUSTED_PROXIES", value_delimiter = ',', value_parser = crate::http::refusal_limit::parse_trusted_proxy)]
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Time a client has to send a whole request head, in milliseconds; also the longest a
+    /// kept-alive connection may sit idle
+    #[arg(long, env = "SEATRUSH_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000,
+        value_parser = value_parser!(u64).range(100..=60_000))]
+    pub header_read_timeout_ms: u64,
+    /// Time a client has to send a whole request body once its head arrived, in milliseconds (then 408)
+    #[arg(long, env = "SEATRUSH_BODY_READ_TIMEOUT_MS", default_value_t = 10_000,
+        value_parser = value_parser!(u64).range(100..=60_000))]
+    pub body_read_timeout_ms: u64,
+    /// Connections one `serve` keeps open at once; one more is closed as soon as it is accepted
+    #[arg(long, env = "SEATRUSH_CONNECTIONS_MAX", default_value_t = 16_384,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    pub connections_max: usize,
+    /// Code-revealing refusals from one address within a minute before it may count as a guesser
+    /// (then refused everything); 0 = off
+    #[arg(long, env = "SEATRUSH_GUESS_REFUSALS_MIN", default_value_t = 20)]
+    pub guess_refusals_min: u32,
+    /// Share of an address's attempts in that minute, in percent, that must be refusals for it to
+    /// count as a guesser
+    #[arg(long, env = "SEATRUSH_GUESS_SHARE_PERCENT", default_value_t = 50, value_parser = value_parser!(u32).range(1..=100))]
+    pub guess_share_percent: u32,
+    /// How long a guesser's address is answered 429 for every attempt, in seconds
+    #[arg(long, env = "SEATRUSH_GUESS_PENALTY_SECONDS", default_value_t = 300,
+        value_parser = value_parser!(u64).range(1..=86_400))]
+    pub guess_penalty_seconds: u64,
+    /// Send Strict-Transport-Security (when TLS is terminated in front of seatrush)
+    #[arg(long, env = "SEATRUSH_HSTS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub hsts: bool,
 }
+
+/// Shortest operator token accepted: 32 characters, so it cannot be guessed in the time a sale
+/// runs even without the 401 limit.
+pub const OPERATOR_TOKEN_CHARS_MIN: usize = 32;
 
 impl ServeSettings {
     /// The HTTP edge's part of the settings.
@@ -91,7 +130,46 @@ impl ServeSettings {
         crate::http::EdgeSettings {
             refusal_rate_per_minute: self.refusal_rate_per_minute,
             trusted_proxies: self.trusted_proxies.clone(),
+            in_flight_max: self.in_flight_max,
+            connections: crate::http::server::ConnectionLimits {
+                header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+                body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
+                connections_max: self.connections_max,
+            },
+            guessing: crate::http::guess_guard::GuessPolicy {
+                refusals_min: self.guess_refusals_min,
+                share_percent: self.guess_share_percent,
+                window: Duration::from_secs(60),
+                penalty: Duration::from_secs(self.guess_penalty_seconds),
+            },
+            hsts: self.hsts,
         }
+    }
+
+    /// The operator token: the one set in code, else the file's (its first line), else
+    /// `SEATRUSH_OPERATOR_TOKEN`; None when there is none. Shorter than
+    /// [`OPERATOR_TOKEN_CHARS_MIN`] is an error that says so.
+    pub fn operator_token(&self) -> anyhow::Result<Option<SecretString>> {
+        use anyhow::Context;
+        use secrecy::ExposeSecret;
+        let token = match (&self.operator_token, &self.operator_token_file) {
+            (Some(token), _) => Some(token.clone()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read the operator token file {}", path.display()))?;
+                Some(SecretString::from(text.lines().next().unwrap_or("").trim().to_owned()))
+            }
+            (None, None) => std::env::var("SEATRUSH_OPERATOR_TOKEN").ok().map(SecretString::from),
+        };
+        if let Some(token) = &token {
+            let chars = token.expose_secret().chars().count();
+            anyhow::ensure!(
+                chars >= OPERATOR_TOKEN_CHARS_MIN,
+                "the operator token has {chars} characters; at least {OPERATOR_TOKEN_CHARS_MIN} are needed \
+                 (make one with: openssl rand -hex 32)"
+            );
+        }
+        Ok(token)
     }
 
     /// What `serve` runs with when given no flags: the defaults, with any `SEATRUSH_*` twin set in
@@ -112,9 +190,4 @@ pub struct PersistTimeout {
     /// How old a pending admission must be before the reaper releases it, in milliseconds
     #[arg(long, env = "SEATRUSH_PERSIST_TIMEOUT_MS", default_value_t = 10_000, value_parser = value_parser!(u64).range(1..=MILLISECONDS_MAX))]
     pub persist_timeout_ms: u64,
-}
-
-/// The operator token goes straight into a secret, so no `Debug` print of the settings shows it.
-fn secret(token: &str) -> Result<SecretString, std::convert::Infallible> {
-    Ok(SecretString::from(token.to_owned()))
 }

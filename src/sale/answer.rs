@@ -46,6 +46,10 @@ answer_statuses! {
     InvalidRequest = "invalid_request", 400;
     /// Missing or wrong operator token.
     Unauthorized = "unauthorized", 401;
+    /// The body did not arrive within `body-read-timeout-ms`.
+    BodyTimeout = "body_timeout", 408;
+    /// A booking whose `Content-Type` is not `application/json` (a cross-site form post, say).
+    UnsupportedMediaType = "unsupported_media_type", 415;
     /// Before `opens_at`.
     NotOpen = "not_open", 403;
     /// After `closes_at` or `close`.
@@ -63,8 +67,8 @@ answer_statuses! {
     /// The booking was released (hold expired or cancelled).
     Released = "released", 409;
     /// Too many code-revealing refusals (`not_registered`, a code that does not normalise) from
-    /// this client address; `Retry-After` says when it may be refused again. Valid attempts are
-    /// never limited.
+    /// this client address, or an address whose attempts are mostly such refusals (a guesser,
+    /// refused everything for its penalty); `Retry-After` says for how long.
     RateLimited = "rate_limited", 429;
     /// Redis or the database could not finish the request; retrying with the same nonce is safe.
     Retry = "retry", 503;

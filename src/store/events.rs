@@ -127,6 +127,43 @@ impl Store {
         Ok(added)
     }
 
+    /// The fingerprint of the pepper the event's allowlist was hashed with (None before the
+    /// first import).
+    pub async fn allowlist_pepper(&self, id: &EventId) -> Result<Option<String>, StoreError> {
+        on_pool!(self, pool => {
+            let row: Option<(Option<String>,)> = sqlx::query_as("SELECT allowlist_pepper FROM events WHERE id = $1")
+                .bind(id.as_str()).fetch_optional(pool).await?;
+            row.map(|(fingerprint,)| fingerprint).ok_or_else(|| StoreError::UnknownEvent(id.as_str().to_owned()))
+        })
+    }
+
+    /// Records the pepper's fingerprint for the event's allowlist; refused when codes hashed with
+    /// another pepper are already there (the two halves could never both be served).
+    pub async fn set_allowlist_pepper(&self, id: &EventId, fingerprint: &str) -> Result<(), StoreError> {
+        if let Some(stored) = self.allowlist_pepper(id).await? {
+            if stored != fingerprint {
+                return Err(StoreError::Refused(pepper_mismatch(id, &stored, fingerprint)));
+            }
+            return Ok(());
+        }
+        on_pool!(self, pool => {
+            sqlx::query("UPDATE events SET allowlist_pepper = $1 WHERE id = $2")
+                .bind(fingerprint).bind(id.as_str()).execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    /// Refuses, with the reason, when the event's allowlist was hashed with another pepper than
+    /// `fingerprint`'s (an allowlist not yet imported passes).
+    pub async fn check_allowlist_pepper(&self, id: &EventId, fingerprint: &str) -> Result<(), StoreError> {
+        match self.allowlist_pepper(id).await? {
+            Some(stored) if stored != fingerprint => {
+                Err(StoreError::Refused(pepper_mismatch(id, &stored, fingerprint)))
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub async fn allowlist_count(&self, id: &EventId) -> Result<i64, StoreError> {
         on_pool!(self, pool => {
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM allowlist WHERE event_id = $1")
@@ -175,6 +212,22 @@ impl Store {
             Ok(rows.into_iter().filter_map(|(id,)| EventId::parse(&id).ok()).collect())
         })
     }
+}
+
+fn pepper_mismatch(id: &EventId, stored: &str, running: &str) -> String {
+    let describe = |f: &str| {
+        if f == crate::domain::code::PLAIN_FINGERPRINT {
+            "no pepper (plain SHA-256)".to_owned()
+        } else {
+            format!("the pepper with fingerprint {f}")
+        }
+    };
+    format!(
+        "the allowlist of {id} was hashed with {}, but this process runs with {}: every candidate would be \
+         refused. Set SEATRUSH_CODE_PEPPER to the pepper used at import (or import the codes again with this one)",
+        describe(stored),
+        describe(running)
+    )
 }
 
 /// A CHECK violation while applying an event means the new numbers do not fit the bookings.

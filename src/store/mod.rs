@@ -2,12 +2,14 @@
 //! counts. One [`Store`] over two real backends, SQLite (the default, a file) and PostgreSQL; the
 //! SQL is shared (`$N` placeholders work in both) and runs through [`on_pool!`].
 
+mod audit;
 mod bookings;
 mod consistent;
 mod events;
 mod hold_batch;
 mod sqlite_batch;
 
+pub use audit::AuditEntry;
 pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome, Release};
 pub use consistent::HoldersSnapshot;
 pub use events::StoredEvent;

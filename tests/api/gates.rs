@@ -183,10 +183,18 @@ async fn open_refuses_a_redis_that_may_evict() {
 }
 
 #[tokio::test]
-async fn healthz_reports_redis_and_the_database() {
+async fn readyz_reports_redis_and_the_database() {
     let app = spawn_app(AppOptions::default()).await;
-    let h = app.get("/healthz").await;
-    assert_eq!((h.status, h.status_str()), (200, "ok"));
+    let h = app.get("/readyz").await;
+    assert_eq!(
+        (h.status, h.status_str(), h.body["redis"].as_bool(), h.body["database"].as_bool()),
+        (200, "ok", Some(true), Some(true))
+    );
+    app.primary.pause();
+    tokio::time::sleep(seatrush::http::health::READINESS_TTL).await;
+    let h = app.get("/readyz").await;
+    app.primary.resume();
+    assert_eq!((h.status, h.status_str(), h.body["redis"].as_bool()), (503, "degraded", Some(false)));
 }
 
 #[tokio::test]

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub const EVENT: &str = "exam";
-pub const OPERATOR_TOKEN: &str = "test-operator-token";
+pub const OPERATOR_TOKEN: &str = "test-operator-token-3f9a2c7e1b5d4a60";
 pub use seatrush::lab::scratch_db::POSTGRES_ADMIN_URL;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,9 +42,8 @@ pub struct AppOptions {
     /// Run the reaper loop in the background (tests that drive passes by hand leave it off).
     pub background_reaper: bool,
     pub open: bool,
-    /// Requests the server handles at once before it sheds.
-    pub in_flight_max: usize,
-    /// The HTTP edge's settings (refusal rate limit, trusted proxies): `serve`'s defaults.
+    /// The HTTP edge's settings (in-flight bound, timeouts, refusal limit, guesser guard, trusted
+    /// proxies): `serve`'s defaults.
     pub edge: EdgeSettings,
 }
 
@@ -63,7 +62,6 @@ impl Default for AppOptions {
             wait_timeout: Duration::from_millis(200),
             background_reaper: false,
             open: true,
-            in_flight_max: seatrush::http::IN_FLIGHT_MAX_DEFAULT,
             edge: EdgeSettings::default(),
         }
     }
@@ -149,9 +147,17 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
     serve.persist_timeout.persist_timeout_ms = options.persist_timeout.as_millis() as u64;
     serve.reaper_interval_ms = 100;
     serve.commit_connections = 2;
-    serve.in_flight_max = options.in_flight_max;
-    serve.refusal_rate_per_minute = options.edge.refusal_rate_per_minute;
-    serve.trusted_proxies = options.edge.trusted_proxies.clone();
+    let edge = &options.edge;
+    serve.in_flight_max = edge.in_flight_max;
+    serve.refusal_rate_per_minute = edge.refusal_rate_per_minute;
+    serve.trusted_proxies = edge.trusted_proxies.clone();
+    serve.header_read_timeout_ms = edge.connections.header_read_timeout.as_millis() as u64;
+    serve.body_read_timeout_ms = edge.connections.body_read_timeout.as_millis() as u64;
+    serve.connections_max = edge.connections.connections_max;
+    serve.guess_refusals_min = edge.guessing.refusals_min;
+    serve.guess_share_percent = edge.guessing.share_percent;
+    serve.guess_penalty_seconds = edge.guessing.penalty.as_secs();
+    serve.hsts = edge.hsts;
     let state = ops::build_app(&connections, &serve).await.unwrap();
     let sale = state.sale.clone();
     drop(setup_store);

@@ -6,6 +6,7 @@ mod allowlist;
 mod availability;
 mod bench;
 mod crash;
+mod edge;
 mod faults;
 mod gates;
 mod helpers;

@@ -36,7 +36,13 @@ async fn unknown_event_ids_are_not_cached_and_cost_one_redis_read_per_interval_i
 
 #[tokio::test]
 async fn requests_beyond_the_in_flight_limit_get_a_503_retry_at_once() {
-    let app = std::sync::Arc::new(spawn_app(AppOptions { in_flight_max: 2, ..Default::default() }).await);
+    let app = std::sync::Arc::new(
+        spawn_app(AppOptions {
+            edge: seatrush::http::EdgeSettings { in_flight_max: 2, ..Default::default() },
+            ..Default::default()
+        })
+        .await,
+    );
     // The database stalls: another process holds SQLite's write lock, so bookings wait on it.
     use sqlx::Connection;
     let mut blocker = sqlx::SqliteConnection::connect(&app.db.url).await.unwrap();

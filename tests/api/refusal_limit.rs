@@ -52,8 +52,11 @@ async fn code_revealing_refusals_are_limited_per_address_and_valid_attempts_neve
 
 #[tokio::test]
 async fn forwarded_for_names_the_client_only_behind_a_trusted_proxy() {
-    let trusted =
-        EdgeSettings { refusal_rate_per_minute: 1, trusted_proxies: vec![parse_trusted_proxy("127.0.0.1").unwrap()] };
+    let trusted = EdgeSettings {
+        refusal_rate_per_minute: 1,
+        trusted_proxies: vec![parse_trusted_proxy("127.0.0.1").unwrap()],
+        ..Default::default()
+    };
     let app = spawn_app(AppOptions { edge: trusted, ..Default::default() }).await;
     assert_eq!(book_from(&app, "NOBODY-0001", Some("198.51.100.1")).await.0, 403);
     assert_eq!(book_from(&app, "NOBODY-0002", Some("198.51.100.1")).await.0, 429);
@@ -63,7 +66,7 @@ async fn forwarded_for_names_the_client_only_behind_a_trusted_proxy() {
         "another client behind the same proxy"
     );
 
-    let untrusted = EdgeSettings { refusal_rate_per_minute: 1, trusted_proxies: vec![] };
+    let untrusted = EdgeSettings { refusal_rate_per_minute: 1, trusted_proxies: vec![], ..Default::default() };
     let app = spawn_app(AppOptions { edge: untrusted, ..Default::default() }).await;
     assert_eq!(book_from(&app, "NOBODY-0001", Some("198.51.100.1")).await.0, 403);
     assert_eq!(book_from(&app, "NOBODY-0002", Some("198.51.100.2")).await.0, 429, "a forged header names nobody");
@@ -71,8 +74,11 @@ async fn forwarded_for_names_the_client_only_behind_a_trusted_proxy() {
 
 #[tokio::test]
 async fn zero_per_minute_turns_the_limit_off() {
+    // The guesser guard is a setting of its own (`guess-refusals-min`), off here too: forty
+    // refusals in a row from one address are exactly what it stops.
+    let guessing = seatrush::http::guess_guard::GuessPolicy { refusals_min: 0, ..Default::default() };
     let app = spawn_app(AppOptions {
-        edge: EdgeSettings { refusal_rate_per_minute: 0, ..Default::default() },
+        edge: EdgeSettings { refusal_rate_per_minute: 0, guessing, ..Default::default() },
         ..Default::default()
     })
     .await;

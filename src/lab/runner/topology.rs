@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 pub const MASTER_NAME: &str = "seatrush";
 /// How long Sentinels may take to find each other and the replica, or to finish a failover.
 const SENTINEL_TIMEOUT: Duration = Duration::from_secs(30);
-pub const OPERATOR_TOKEN: &str = "fault-runner";
+pub const OPERATOR_TOKEN: &str = "fault-runner-operator-token-7c1e9b";
 
 /// Settings of the deployment.
 #[derive(Clone, Debug)]
