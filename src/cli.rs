@@ -18,8 +18,18 @@ use std::path::PathBuf;
 pub struct Cli {
     #[command(flatten)]
     pub connections: Connections,
+    /// Log lines as text, or as JSON lines (one object a line) for a log pipeline
+    #[arg(long, env = "SEATRUSH_LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written to stderr.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]

@@ -1,5 +1,5 @@
 use clap::Parser;
-use seatrush::cli::{AllowlistAction, Cli, Command, EventAction};
+use seatrush::cli::{AllowlistAction, Cli, Command, EventAction, LogFormat};
 use seatrush::lab::{bench, demo, runner};
 use seatrush::ops;
 use tracing_subscriber::EnvFilter;
@@ -12,11 +12,13 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_env("SEATRUSH_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")))
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let filter = EnvFilter::try_from_env("SEATRUSH_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     if let Err(err) = run(cli).await {
         eprintln!("seatrush: {err:#}");
         std::process::exit(1);

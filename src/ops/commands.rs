@@ -204,6 +204,9 @@ pub async fn status(connections: &Connections, event: &str, persist_timeout: &Pe
     Ok(())
 }
 
+/// File descriptors `serve` needs beside its client connections.
+const OPEN_FILES_SPARE: u64 = 256;
+
 /// Operator actions `status` lists, newest first.
 const AUDIT_SHOWN_MAX: i64 = 10;
 
@@ -268,6 +271,19 @@ pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> a
 
 /// Serves HTTP and runs the reaper until ctrl-c or SIGTERM.
 pub async fn serve(connections: &Connections, settings: &ServeSettings) -> anyhow::Result<()> {
+    match http::server::raise_open_file_limit() {
+        Ok(files) => {
+            tracing::info!(open_files_max = files, connections_max = settings.connections_max, "open-file limit");
+            if files < settings.connections_max as u64 + OPEN_FILES_SPARE {
+                tracing::warn!(
+                    "the open-file limit ({files}) is below connections-max ({}) plus {OPEN_FILES_SPARE} for Redis, the \
+                     database and the logs: raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower connections-max",
+                    settings.connections_max
+                );
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "cannot read or raise the open-file limit"),
+    }
     let app = build_app(connections, settings).await?;
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
