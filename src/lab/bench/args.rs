@@ -97,6 +97,9 @@ pub struct LoadArgs {
     /// Self-contained: skip the Redis ceiling measurement (redis-benchmark on the same primary)
     #[arg(long)]
     pub no_ceiling: bool,
+    /// Slow clients held open beside the load: each sends a booking's head and one body byte, then nothing
+    #[arg(long, default_value_t = 0)]
+    pub slow_connections: usize,
     /// Self-contained: database for the run, `sqlite` (a file in a temp dir) or `postgres` (a fresh database on --postgres-admin-url, dropped afterwards)
     #[arg(long, value_enum, default_value_t = Backend::Sqlite)]
     pub backend: Backend,

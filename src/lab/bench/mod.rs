@@ -7,9 +7,10 @@ pub mod ceiling;
 pub mod client;
 pub mod driver;
 pub mod report;
+pub mod slow;
 pub mod sqlite_floor;
 pub mod strategies;
-pub mod svg;
+mod svg;
 pub mod topology;
 pub mod workload;
 
@@ -76,7 +77,21 @@ pub async fn load(connections: &Connections, args: &LoadArgs) -> anyhow::Result<
         None => None,
     };
     let writer_before = topology.as_ref().map(|t| writer_counters(&t.sale));
+    let slow = match args.slow_connections {
+        0 => None,
+        n => {
+            eprintln!("opening {n} slow connections (a booking's head and one body byte each)…");
+            Some(slow::SlowClients::start(&spec.target, n).await)
+        }
+    };
     let (tally, seconds, elapsed) = driver::run(spec).await;
+    if let Some(slow) = slow {
+        let closed = slow.stop().await;
+        eprintln!(
+            "slow connections: {} held, closed by the server {closed} times (body deadline)",
+            args.slow_connections
+        );
+    }
     let commands_after = match &topology {
         Some(t) => Some(commands_processed(&t.primary).await?),
         None => None,
