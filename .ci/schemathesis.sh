@@ -18,7 +18,7 @@ fi
 
 binary="${1:-target/debug/seatrush}"
 [ -x "$binary" ] || cargo build -q
-token="schemathesis-$RANDOM$RANDOM"
+token="schemathesis-$(python3 -c "import secrets; print(secrets.token_hex(16))")"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 log=$(mktemp)
 SEATRUSH_OPERATOR_TOKEN="$token" SEATRUSH_LOG=warn "$binary" demo --listen "127.0.0.1:$port" >"$log" 2>&1 &

@@ -47,7 +47,7 @@ psql -q "$PG_ADMIN" -c "CREATE DATABASE $DB" >/dev/null
 
 export SEATRUSH_REDIS_URL=redis://127.0.0.1:$PRIMARY_PORT
 export SEATRUSH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/$DB
-export SEATRUSH_LISTEN=$LISTEN SEATRUSH_OPERATOR_TOKEN=stall-bench
+export SEATRUSH_LISTEN=$LISTEN SEATRUSH_OPERATOR_TOKEN=stall-bench-operator-token-0f3b6e9d
 third=$((SEATS / 3))
 cat >"$DIR/event.toml" <<TOML
 id = "bench"

@@ -19,7 +19,7 @@ fn serve_env(app: &TestApp, crash_at: &str, probability: f64) -> Vec<(String, St
         ("SEATRUSH_DATABASE_URL", app.db.url.clone()),
         ("SEATRUSH_PERSIST_TIMEOUT_MS", PERSIST_TIMEOUT_MS.to_string()),
         ("SEATRUSH_REAPER_INTERVAL_MS", "100".into()),
-        ("SEATRUSH_OPERATOR_TOKEN", "crash-test".into()),
+        ("SEATRUSH_OPERATOR_TOKEN", "crash-test-operator-token-5e8d1f2a".into()),
         ("SEATRUSH_CRASH_AT", crash_at.into()),
         ("SEATRUSH_CRASH_PROBABILITY", probability.to_string()),
         ("SEATRUSH_LOG", "warn".into()),
