@@ -53,7 +53,7 @@ fn hashes(html: &str, tag: &str) -> String {
     while let Some(start) = rest.find(&open) {
         let body = &rest[start + open.len()..];
         let Some(end) = body.find(&close) else { break };
-        let digest = Sha256::digest(body[..end].as_bytes());
+        let digest = Sha256::digest(&body.as_bytes()[..end]);
         out.push_str(&format!(" 'sha256-{}'", base64::engine::general_purpose::STANDARD.encode(digest)));
         rest = &body[end + close.len()..];
     }

@@ -54,11 +54,8 @@ impl Shapes {
 
     /// log2 of the keyspace of all the shapes seen.
     pub fn keyspace_bits(&self) -> f64 {
-        let keyspace: f64 = self
-            .by_length
-            .values()
-            .map(|(_, positions)| positions.iter().map(|seen| position_choices(seen)).product::<f64>())
-            .sum();
+        let keyspace: f64 =
+            self.by_length.values().map(|(_, positions)| positions.iter().map(position_choices).product::<f64>()).sum();
         keyspace.max(1.0).log2()
     }
 
