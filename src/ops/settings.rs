@@ -13,10 +13,16 @@ use std::time::Duration;
 /// Where Redis and the database are.
 #[derive(Args, Debug, Clone)]
 pub struct Connections {
-    /// Redis primary: redis://host:port, or Sentinel: redis+sentinel://h1:26379,h2:26379/master-name
+    /// Redis primary: redis://host:port, or Sentinel: redis+sentinel://h1:26379,h2:26379/master-name;
+    /// rediss:// and rediss+sentinel:// for TLS
     #[arg(long, env = "SEATRUSH_REDIS_URL", global = true, default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
+    /// CA certificate (PEM) that signed the Redis servers' certificates, for rediss:// URLs
+    /// (default: the system's roots)
+    #[arg(long, env = "SEATRUSH_REDIS_CA_FILE", global = true)]
+    pub redis_ca_file: Option<std::path::PathBuf>,
     /// Back-office database: sqlite://path or postgres://user@host/db
+    /// (TLS: ?sslmode=verify-full&sslrootcert=ca.pem)
     #[arg(long, env = "SEATRUSH_DATABASE_URL", global = true, default_value = "sqlite://seatrush.db")]
     pub database_url: String,
 }
