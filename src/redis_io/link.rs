@@ -38,9 +38,10 @@ pub enum LinkError {
     CaFile { path: PathBuf, source: std::io::Error },
     #[error("the Redis CA file {path:?} holds no usable PEM certificate: {source}")]
     CaParse { path: PathBuf, source: RedisError },
-    /// `url` with its password masked; `hint` says what to try when the cause is likely.
-    #[error("cannot reach Redis at {url}: {source}{hint}")]
-    Connect { url: String, source: RedisError, hint: &'static str },
+    /// `url` with its password masked; `hint` says what to try when the cause is likely. The
+    /// cause is part of the message (not a `source`), so a printed chain says it once.
+    #[error("cannot reach Redis at {url}: {cause}{hint}")]
+    Connect { url: String, cause: RedisError, hint: &'static str },
 }
 
 /// Shown after a failed plain connection: a TLS-only server closes the connection on the first
@@ -96,8 +97,7 @@ impl RedisLink {
             let client = if tls {
                 tls_sentinel(sentinels, master, certificates).map_err(|_| bad())?
             } else {
-                SentinelClient::build(sentinels, master.to_owned(), None, SentinelServerType::Master)
-                    .map_err(|_| bad())?
+                SentinelClient::build(sentinels, master, None, SentinelServerType::Master).map_err(|_| bad())?
             };
             Target::Sentinel(Mutex::new(client))
         } else if tls {
@@ -139,15 +139,15 @@ impl RedisLink {
         Ok(conn)
     }
 
-    fn connect_error(&self, source: RedisError) -> LinkError {
-        let hint = if !self.tls && (source.is_io_error() || source.is_connection_dropped()) {
+    fn connect_error(&self, cause: RedisError) -> LinkError {
+        let hint = if !self.tls && (cause.is_io_error() || cause.is_connection_dropped()) {
             HINT_PLAIN
-        } else if self.tls && format!("{source}").contains("certificate") {
+        } else if self.tls && cause.to_string().contains("certificate") {
             HINT_CERTIFICATE
         } else {
             ""
         };
-        LinkError::Connect { url: self.url.clone(), source, hint }
+        LinkError::Connect { url: self.url.clone(), cause, hint }
     }
 
     /// The shared connection for short commands (gates, mark-persisted, the reaper).

@@ -54,7 +54,7 @@ pub enum StoreError {
     /// The URL, its password masked.
     #[error("database URL must start with sqlite:// or postgres:// (got {0:?})")]
     Url(String),
-    #[error("cannot reach the database: {0}")]
+    #[error("cannot reach the database: {0}{hint}", hint = tls_hint(.0))]
     Connect(sqlx::Error),
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -72,6 +72,19 @@ pub enum StoreError {
     /// The shared transaction of a batched write failed; every booking in it is unwritten.
     #[error("batched database write failed: {0}")]
     Batch(String),
+}
+
+/// What to try when PostgreSQL's TLS is the likely cause of a failed connection.
+fn tls_hint(err: &sqlx::Error) -> &'static str {
+    let text = err.to_string();
+    if text.contains("certificate") {
+        ". The server's certificate was not accepted: sslrootcert= must name the CA (PEM) that signed it, \
+         and with sslmode=verify-full the certificate must name the host of the URL"
+    } else if text.contains("no encryption") {
+        ". The server takes TLS connections only: add sslmode=verify-full&sslrootcert=CA.pem to the URL"
+    } else {
+        ""
+    }
 }
 
 impl StoreError {
