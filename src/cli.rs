@@ -168,4 +168,12 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::UnknownArgument, "argv is visible to every user of the host");
         assert!(parse("serve --operator-token-file /run/secrets/token").is_ok());
     }
+
+    #[test]
+    fn a_password_in_a_connection_url_never_prints() {
+        let cli = parse("open --event spring --redis-url rediss://:s3cret@10.0.0.1:6380 --redis-ca-file /ca.pem --database-url postgres://u:s3cret@db/sale").unwrap();
+        assert_eq!(cli.connections.redis_ca_file.as_deref(), Some(std::path::Path::new("/ca.pem")));
+        assert!(!format!("{cli:?}").contains("s3cret"), "{cli:?}");
+        assert!(format!("{cli:?}").contains("rediss://:***@10.0.0.1:6380"), "{cli:?}");
+    }
 }

@@ -41,6 +41,7 @@ pub async fn run(connections: &Connections, args: &DemoArgs) -> anyhow::Result<(
     let dir = tempfile::Builder::new().prefix("seatrush-demo-").tempdir()?;
     let mut connections = connections.clone();
     connections.redis_url = primary.url();
+    connections.redis_ca_file = None;
     connections.database_url = format!("sqlite://{}", dir.path().join("demo.db").display());
     let mut serve = args.serve.clone();
     // 32 hex digits of a v4 UUID (122 random bits): the shortest token `serve` accepts.

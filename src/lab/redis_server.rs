@@ -1,11 +1,12 @@
 //! Private `redis-server` processes, for `seatrush demo`, the tests and the fault runner: a
 //! primary, replicas and Sentinels on free loopback ports, data in a temp dir, killed on `Drop`
 //! (and, through PR_SET_PDEATHSIG, when this process dies). Start-up is polled with a bound, and a
-//! server that fails to start has its log printed.
+//! server that fails to start has its log printed. With [`RedisTls`] a server (or Sentinel) takes
+//! TLS connections only, replicates over TLS, and is reached here through `rediss://`.
 
 use anyhow::{bail, Context};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,33 @@ pub struct RedisOptions {
     pub extra: Vec<(String, String)>,
     /// A fixed port (to bring a killed server back where Sentinel expects it); else a free one.
     pub port: Option<u16>,
+    /// TLS only: the port is the `tls-port` and the plain port is off (`port 0`).
+    pub tls: Option<RedisTls>,
+}
+
+/// A TLS-only server's files (PEM): its certificate and key, and the CA that signed the
+/// certificates of its peers (the primary it replicates, the nodes a Sentinel watches) and that
+/// this module's clients check the server against. Clients need no certificate of their own.
+#[derive(Clone, Debug)]
+pub struct RedisTls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub ca_file: PathBuf,
+}
+
+impl RedisTls {
+    /// The settings that make a server TLS-only on `port`.
+    fn settings(&self, port: u16) -> Vec<(String, String)> {
+        vec![
+            ("port".into(), "0".into()),
+            ("tls-port".into(), port.to_string()),
+            ("tls-cert-file".into(), self.cert_file.display().to_string()),
+            ("tls-key-file".into(), self.key_file.display().to_string()),
+            ("tls-ca-cert-file".into(), self.ca_file.display().to_string()),
+            ("tls-auth-clients".into(), "no".into()),
+            ("tls-replication".into(), "yes".into()),
+        ]
+    }
 }
 
 /// One running `redis-server`, killed when dropped.
@@ -33,15 +61,33 @@ pub struct RedisServer {
     child: Child,
     pub port: u16,
     dir: tempfile::TempDir,
+    tls: Option<RedisTls>,
 }
 
 /// Bound on a synchronous command: a SIGSTOPped server accepts the connection (the kernel does)
 /// but never answers, and a caller must not hang on it.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
-fn sync_connection(port: u16) -> anyhow::Result<redis::Connection> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
-    let conn = client.get_connection_with_timeout(COMMAND_TIMEOUT)?;
+/// `redis://127.0.0.1:{port}`, or `rediss://` for a TLS server.
+fn url_of(port: u16, tls: Option<&RedisTls>) -> String {
+    let scheme = if tls.is_some() { "rediss" } else { "redis" };
+    format!("{scheme}://127.0.0.1:{port}")
+}
+
+/// A client of the server on `port`, checking a TLS server's certificate against its CA.
+fn client_of(port: u16, tls: Option<&RedisTls>) -> anyhow::Result<redis::Client> {
+    let url = url_of(port, tls);
+    Ok(match tls {
+        None => redis::Client::open(url)?,
+        Some(tls) => {
+            let ca = std::fs::read(&tls.ca_file).with_context(|| format!("reading {}", tls.ca_file.display()))?;
+            redis::Client::build_with_tls(url, redis::TlsCertificates { client_tls: None, root_cert: Some(ca) })?
+        }
+    })
+}
+
+fn sync_connection(port: u16, tls: Option<&RedisTls>) -> anyhow::Result<redis::Connection> {
+    let conn = client_of(port, tls)?.get_connection_with_timeout(COMMAND_TIMEOUT)?;
     conn.set_read_timeout(Some(COMMAND_TIMEOUT))?;
     conn.set_write_timeout(Some(COMMAND_TIMEOUT))?;
     Ok(conn)
@@ -49,7 +95,11 @@ fn sync_connection(port: u16) -> anyhow::Result<redis::Connection> {
 
 /// A synchronous command to the server on `port` of 127.0.0.1.
 pub fn command_at<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> anyhow::Result<T> {
-    cmd.query(&mut sync_connection(port)?).with_context(|| format!("redis on port {port}"))
+    command_with(port, None, cmd)
+}
+
+fn command_with<T: redis::FromRedisValue>(port: u16, tls: Option<&RedisTls>, cmd: &redis::Cmd) -> anyhow::Result<T> {
+    cmd.query(&mut sync_connection(port, tls)?).with_context(|| format!("redis on port {port}"))
 }
 
 /// A port the OS just handed out on 127.0.0.1.
@@ -117,8 +167,11 @@ impl RedisServer {
         };
         let mut cmd = Command::new("redis-server");
         let policy = options.maxmemory_policy.clone().unwrap_or_else(|| "noeviction".into());
-        let mut args: Vec<(String, String)> = vec![
-            ("port".into(), port.to_string()),
+        let mut args: Vec<(String, String)> = match &options.tls {
+            None => vec![("port".into(), port.to_string())],
+            Some(tls) => tls.settings(port),
+        };
+        args.extend([
             ("bind".into(), "127.0.0.1".into()),
             ("save".into(), String::new()),
             ("appendonly".into(), "no".into()),
@@ -126,7 +179,7 @@ impl RedisServer {
             ("logfile".into(), dir.path().join("redis.log").display().to_string()),
             ("maxmemory-policy".into(), policy),
             ("repl-diskless-sync-delay".into(), "0".into()),
-        ];
+        ]);
         if let Some(max) = &options.maxmemory {
             args.push(("maxmemory".into(), max.clone()));
         }
@@ -139,7 +192,7 @@ impl RedisServer {
         }
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let child = spawn_tied(cmd).map_err(spawn_error)?;
-        let mut server = Self { child, port, dir };
+        let mut server = Self { child, port, dir, tls: options.tls.clone() };
         server.wait_ready(options.replica_of.is_some())?;
         Ok(server)
     }
@@ -147,13 +200,28 @@ impl RedisServer {
     /// A Sentinel watching the primary on `primary_port` under `master_name`, deciding with
     /// `quorum` votes; it marks a silent primary down after one second.
     pub fn start_sentinel(primary_port: u16, master_name: &str, quorum: u32) -> anyhow::Result<Self> {
+        Self::start_sentinel_with(primary_port, master_name, quorum, None)
+    }
+
+    /// [`RedisServer::start_sentinel`], TLS-only with `tls` (to its clients and to the nodes it
+    /// watches, which must be TLS-only too).
+    pub fn start_sentinel_with(
+        primary_port: u16,
+        master_name: &str,
+        quorum: u32,
+        tls: Option<&RedisTls>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("seatrush-sentinel-").tempdir()?;
         let port = free_port()?;
         let conf = dir.path().join("sentinel.conf");
+        let listen: String = match tls {
+            None => format!("port {port}\n"),
+            Some(tls) => tls.settings(port).iter().map(|(name, value)| format!("{name} {value}\n")).collect(),
+        };
         std::fs::write(
             &conf,
             format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {log}\n\
+                "{listen}bind 127.0.0.1\ndir {dir}\nlogfile {log}\n\
                  sentinel monitor {master_name} 127.0.0.1 {primary_port} {quorum}\n\
                  sentinel down-after-milliseconds {master_name} 1000\n\
                  sentinel failover-timeout {master_name} 4000\n\
@@ -165,15 +233,20 @@ impl RedisServer {
         let mut cmd = Command::new("redis-server");
         cmd.arg(&conf).arg("--sentinel").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let child = spawn_tied(cmd).map_err(spawn_error)?;
-        let mut server = Self { child, port, dir };
+        let mut server = Self { child, port, dir, tls: tls.cloned() };
         server.wait_ready(false)?;
         Ok(server)
     }
 
     /// A primary and one replica of it, the replica's first sync done and the replica online.
     pub fn start_pair() -> anyhow::Result<(Self, Self)> {
-        let primary = Self::start(&RedisOptions::default())?;
-        let replica = Self::start(&RedisOptions { replica_of: Some(primary.port), ..Default::default() })?;
+        Self::start_pair_with(&RedisOptions::default())
+    }
+
+    /// [`RedisServer::start_pair`], both servers started with `options` (TLS, say).
+    pub fn start_pair_with(options: &RedisOptions) -> anyhow::Result<(Self, Self)> {
+        let primary = Self::start(options)?;
+        let replica = Self::start(&RedisOptions { replica_of: Some(primary.port), port: None, ..options.clone() })?;
         primary.wait_replicas_online(1)?;
         Ok((primary, replica))
     }
@@ -182,12 +255,16 @@ impl RedisServer {
     /// too early: after a diskless sync the primary streams nothing to a replica (not even the
     /// GETACK that WAIT sends) until the replica's first periodic ACK, up to a second later.
     pub fn wait_replicas_online(&self, n: usize) -> anyhow::Result<()> {
-        wait_replicas_online_at(self.port, n)
+        wait_replicas_online_with(self.port, self.tls.as_ref(), n)
     }
 }
 
 /// [`RedisServer::wait_replicas_online`] for the server on `port`, without holding the server.
 pub fn wait_replicas_online_at(port: u16, n: usize) -> anyhow::Result<()> {
+    wait_replicas_online_with(port, None, n)
+}
+
+fn wait_replicas_online_with(port: u16, tls: Option<&RedisTls>, n: usize) -> anyhow::Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;
     let mut probe = redis::pipe();
     probe
@@ -203,16 +280,17 @@ pub fn wait_replicas_online_at(port: u16, n: usize) -> anyhow::Result<()> {
         .ignore();
     loop {
         // With min-replicas-to-write set, the probe itself is refused until the replica counts.
-        let acked =
-            match probe.query::<(usize,)>(&mut sync_connection(port)?).with_context(|| format!("redis on port {port}"))
-            {
-                Ok((acked,)) => acked,
-                Err(e) if format!("{e:#}").contains("NOREPLICAS") => {
-                    std::thread::sleep(POLL_INTERVAL);
-                    0
-                }
-                Err(e) => return Err(e),
-            };
+        let acked = match probe
+            .query::<(usize,)>(&mut sync_connection(port, tls)?)
+            .with_context(|| format!("redis on port {port}"))
+        {
+            Ok((acked,)) => acked,
+            Err(e) if format!("{e:#}").contains("NOREPLICAS") => {
+                std::thread::sleep(POLL_INTERVAL);
+                0
+            }
+            Err(e) => return Err(e),
+        };
         if acked >= n {
             return Ok(());
         }
@@ -237,8 +315,14 @@ impl RedisServer {
         }
     }
 
+    /// `redis://127.0.0.1:PORT`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        url_of(self.port, self.tls.as_ref())
+    }
+
+    /// The CA file a TLS server's certificate is checked against (None for a plain server).
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|tls| tls.ca_file.as_path())
     }
 
     pub fn pid(&self) -> u32 {
@@ -280,7 +364,7 @@ impl RedisServer {
     }
 
     fn is_ready(&self, replica: bool) -> bool {
-        let Ok(client) = redis::Client::open(self.url()) else { return false };
+        let Ok(client) = client_of(self.port, self.tls.as_ref()) else { return false };
         let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else { return false };
         let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut conn) else { return false };
         if replica {
@@ -294,7 +378,7 @@ impl RedisServer {
 
     /// A synchronous command, for tests and the fault runner.
     pub fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> anyhow::Result<T> {
-        command_at(self.port, cmd)
+        command_with(self.port, self.tls.as_ref(), cmd)
     }
 
     /// Sets `min-replicas-to-write` and waits until the primary counts that many good replicas

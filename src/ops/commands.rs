@@ -90,7 +90,7 @@ pub async fn generate_allowlist(
 }
 
 async fn connect(connections: &Connections) -> anyhow::Result<(RedisLink, Store)> {
-    let link = RedisLink::new(&connections.redis_url)?;
+    let link = RedisLink::open(&connections.redis_url, connections.redis_ca_file.as_deref())?;
     link.check().await?;
     let store = Store::connect(&connections.database_url).await?;
     Ok((link, store))

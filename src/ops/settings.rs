@@ -10,15 +10,46 @@ use clap::{value_parser, Args};
 use secrecy::SecretString;
 use std::time::Duration;
 
-/// Where Redis and the database are.
-#[derive(Args, Debug, Clone)]
+/// Where Redis and the database are. The URLs may hold passwords: `--help` does not show their
+/// environment values and `Debug` prints them masked.
+#[derive(Args, Clone)]
 pub struct Connections {
-    /// Redis primary: redis://host:port, or Sentinel: redis+sentinel://h1:26379,h2:26379/master-name
-    #[arg(long, env = "SEATRUSH_REDIS_URL", global = true, default_value = "redis://127.0.0.1:6379")]
+    /// Redis primary: redis://host:port, or Sentinel: redis+sentinel://h1:26379,h2:26379/master-name;
+    /// rediss:// and rediss+sentinel:// for TLS
+    #[arg(
+        long,
+        env = "SEATRUSH_REDIS_URL",
+        global = true,
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub redis_url: String,
+    /// CA certificate (PEM) that signed the Redis servers' certificates, for rediss:// URLs
+    /// (default: the system's roots)
+    #[arg(long, env = "SEATRUSH_REDIS_CA_FILE", global = true)]
+    pub redis_ca_file: Option<std::path::PathBuf>,
     /// Back-office database: sqlite://path or postgres://user@host/db
-    #[arg(long, env = "SEATRUSH_DATABASE_URL", global = true, default_value = "sqlite://seatrush.db")]
+    /// (TLS: ?sslmode=verify-full&sslrootcert=ca.pem)
+    #[arg(
+        long,
+        env = "SEATRUSH_DATABASE_URL",
+        global = true,
+        hide_env_values = true,
+        default_value = "sqlite://seatrush.db"
+    )]
     pub database_url: String,
+}
+
+impl std::fmt::Debug for Connections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self { redis_url, redis_ca_file, database_url } = self;
+        let redacted = crate::domain::url::redacted;
+        f.debug_struct("Connections")
+            .field("redis_url", &redacted(redis_url))
+            .field("redis_ca_file", redis_ca_file)
+            .field("database_url", &redacted(database_url))
+            .finish()
+    }
 }
 
 /// Most committer connections, persist writers, replicas to wait for.

@@ -2,10 +2,20 @@
 //! (`redis+sentinel://h1:26379,h2:26379/master-name`), in which case every new connection asks the
 //! Sentinels who the primary is now. Connections that fail, or that land on a demoted primary,
 //! are dropped so the next call reconnects and follows a failover.
+//!
+//! TLS: `rediss://host:port`, and `rediss+sentinel://h1:26379,h2:26379/master-name` for TLS to the
+//! Sentinels and to the primary they name. The servers' certificates are checked against the CA
+//! file given ([`RedisLink::open`], `--redis-ca-file`), else against the system's roots; the
+//! redis crate (rustls) does the TLS. A URL is only ever printed with its password masked.
 
+use crate::domain::url::redacted;
 use redis::aio::MultiplexedConnection;
-use redis::sentinel::{SentinelClient, SentinelServerType};
-use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult, ServerErrorKind};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Client, IntoConnectionInfo, RedisError, RedisResult, ServerErrorKind, TlsCertificates,
+    TlsMode,
+};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
@@ -16,11 +26,30 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
-    #[error("redis URL {0:?} must be redis://host:port or redis+sentinel://host:port,host:port/master-name")]
+    /// The URL, its password masked.
+    #[error(
+        "redis URL {0:?} must be redis://host:port, rediss://host:port (TLS), \
+         redis+sentinel://host:port,host:port/master-name or rediss+sentinel://host:port,host:port/master-name (TLS)"
+    )]
     Url(String),
-    #[error("cannot reach Redis at {url}: {source}")]
-    Connect { url: String, source: RedisError },
+    #[error("--redis-ca-file is set but the redis URL {0:?} is not TLS: use rediss:// (or rediss+sentinel://)")]
+    CaWithoutTls(String),
+    #[error("cannot read the Redis CA file {path:?}: {source}")]
+    CaFile { path: PathBuf, source: std::io::Error },
+    #[error("the Redis CA file {path:?} holds no usable PEM certificate: {source}")]
+    CaParse { path: PathBuf, source: RedisError },
+    /// `url` with its password masked; `hint` says what to try when the cause is likely. The
+    /// cause is part of the message (not a `source`), so a printed chain says it once.
+    #[error("cannot reach Redis at {url}: {cause}{hint}")]
+    Connect { url: String, cause: RedisError, hint: &'static str },
 }
+
+/// Shown after a failed plain connection: a TLS-only server closes the connection on the first
+/// plaintext byte, so this is what a forgotten `rediss://` looks like.
+const HINT_PLAIN: &str = ". If the server accepts only TLS connections (port 0, tls-port set), \
+     use a rediss:// URL (rediss+sentinel:// for Sentinel) and --redis-ca-file with the CA that signed its certificate";
+const HINT_CERTIFICATE: &str = ". The server's certificate was not accepted: \
+     --redis-ca-file must name the CA (PEM) that signed it, and the certificate must name the host of the URL";
 
 enum Target {
     Direct(Client),
@@ -30,33 +59,62 @@ enum Target {
 /// The way to the current Redis primary, with one shared multiplexed connection for short
 /// commands. Long-blocking work (WAIT) gets connections of its own from [`RedisLink::connect`].
 pub struct RedisLink {
+    /// The URL as it may be printed: password masked.
     url: String,
+    tls: bool,
     target: Target,
     shared: Mutex<Option<MultiplexedConnection>>,
 }
 
 impl RedisLink {
-    /// Parses the URL; connects lazily.
+    /// Parses the URL; connects lazily. TLS URLs check the servers against the system's roots.
     pub fn new(url: &str) -> Result<Self, LinkError> {
-        let bad = || LinkError::Url(url.to_owned());
-        let target = if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+        Self::open(url, None)
+    }
+
+    /// Parses the URL, with the CA file (PEM) that signed the servers' certificates for a TLS URL
+    /// (`--redis-ca-file`); connects lazily.
+    pub fn open(url: &str, ca_file: Option<&Path>) -> Result<Self, LinkError> {
+        let shown = redacted(url);
+        let bad = || LinkError::Url(shown.clone());
+        let tls = url.starts_with("rediss://") || url.starts_with("rediss+sentinel://");
+        let certificates = match ca_file {
+            None => None,
+            Some(_) if !tls => return Err(LinkError::CaWithoutTls(shown)),
+            Some(path) => Some(read_ca(path)?),
+        };
+        let target = if let Some((scheme, rest)) = url
+            .strip_prefix("redis+sentinel://")
+            .map(|r| ("redis", r))
+            .or(url.strip_prefix("rediss+sentinel://").map(|r| ("rediss", r)))
+        {
             let (hosts, master) = rest.split_once('/').ok_or_else(bad)?;
             let master = master.trim_end_matches('/');
             if hosts.is_empty() || master.is_empty() {
                 return Err(bad());
             }
-            let sentinels: Vec<String> = hosts.split(',').map(|h| format!("redis://{h}")).collect();
-            let client = SentinelClient::build(sentinels, master.to_owned(), None, SentinelServerType::Master)
-                .map_err(|_| bad())?;
+            let sentinels: Vec<String> = hosts.split(',').map(|h| format!("{scheme}://{h}")).collect();
+            let client = if tls {
+                tls_sentinel(sentinels, master, certificates).map_err(|_| bad())?
+            } else {
+                SentinelClient::build(sentinels, master, None, SentinelServerType::Master).map_err(|_| bad())?
+            };
             Target::Sentinel(Mutex::new(client))
+        } else if tls {
+            let client = match certificates {
+                Some(certificates) => Client::build_with_tls(url, certificates),
+                None => Client::open(url),
+            };
+            Target::Direct(client.map_err(|_| bad())?)
         } else if url.starts_with("redis://") || url.starts_with("unix://") {
             Target::Direct(Client::open(url).map_err(|_| bad())?)
         } else {
             return Err(bad());
         };
-        Ok(Self { url: url.to_owned(), target, shared: Mutex::new(None) })
+        Ok(Self { url: shown, tls, target, shared: Mutex::new(None) })
     }
 
+    /// The URL, its password masked.
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -81,8 +139,15 @@ impl RedisLink {
         Ok(conn)
     }
 
-    fn connect_error(&self, source: RedisError) -> LinkError {
-        LinkError::Connect { url: self.url.clone(), source }
+    fn connect_error(&self, cause: RedisError) -> LinkError {
+        let hint = if !self.tls && (cause.is_io_error() || cause.is_connection_dropped()) {
+            HINT_PLAIN
+        } else if self.tls && cause.to_string().contains("certificate") {
+            HINT_CERTIFICATE
+        } else {
+            ""
+        };
+        LinkError::Connect { url: self.url.clone(), cause, hint }
     }
 
     /// The shared connection for short commands (gates, mark-persisted, the reaper).
@@ -103,6 +168,57 @@ impl RedisLink {
             *self.shared.lock().await = None;
         }
     }
+}
+
+/// The CA file as the redis crate takes it. Parsed here once, so a file that is not PEM fails at
+/// start-up and not at the first connection.
+fn read_ca(path: &Path) -> Result<TlsCertificates, LinkError> {
+    let pem = std::fs::read(path).map_err(|source| LinkError::CaFile { path: path.to_owned(), source })?;
+    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+        let source = RedisError::from((redis::ErrorKind::InvalidClientConfig, "no BEGIN CERTIFICATE block"));
+        return Err(LinkError::CaParse { path: path.to_owned(), source });
+    }
+    let certificates = TlsCertificates { client_tls: None, root_cert: Some(pem) };
+    // A throwaway client, only to have the crate parse the PEM.
+    Client::build_with_tls("rediss://localhost", certificates.clone())
+        .map_err(|source| LinkError::CaParse { path: path.to_owned(), source })?;
+    Ok(certificates)
+}
+
+/// A Sentinel client that speaks TLS to the Sentinels and to the nodes they name, both checked
+/// against `certificates` when given. A user and password on a Sentinel's host are the
+/// Sentinels' (`requirepass` in sentinel.conf), as with `redis+sentinel://`.
+fn tls_sentinel(
+    sentinels: Vec<String>,
+    master: &str,
+    certificates: Option<TlsCertificates>,
+) -> RedisResult<SentinelClient> {
+    let mut addrs = Vec::with_capacity(sentinels.len());
+    let mut auth = None;
+    for sentinel in sentinels {
+        let info = sentinel.into_connection_info()?;
+        let settings = info.redis_settings();
+        if settings.password().is_some() || settings.username().is_some() {
+            auth = Some((settings.username().map(str::to_owned), settings.password().map(str::to_owned)));
+        }
+        addrs.push(info.addr().clone());
+    }
+    let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)?
+        .set_client_to_redis_tls_mode(TlsMode::Secure);
+    if let Some((username, password)) = auth {
+        if let Some(username) = username {
+            builder = builder.set_client_to_sentinel_username(username);
+        }
+        if let Some(password) = password {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
+    }
+    if let Some(certificates) = certificates {
+        builder = builder
+            .set_client_to_sentinel_certificates(certificates.clone())
+            .set_client_to_redis_certificates(certificates);
+    }
+    builder.build()
 }
 
 /// True for errors that a fresh connection (perhaps to a new primary) could cure.
@@ -176,5 +292,28 @@ mod tests {
         assert!(RedisLink::new("redis+sentinel://127.0.0.1:26379").is_err());
         assert!(RedisLink::new("redis+sentinel:///mymaster").is_err());
         assert!(RedisLink::new("http://127.0.0.1:6379").is_err());
+        assert!(RedisLink::new("rediss://127.0.0.1:6380").is_ok());
+        assert!(RedisLink::new("rediss+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster").is_ok());
+        assert!(RedisLink::new("rediss+sentinel://127.0.0.1:26379").is_err());
+    }
+
+    #[test]
+    fn a_bad_url_is_shown_without_its_password() {
+        let err = RedisLink::new("rediss+sentinel://:s3cret@127.0.0.1:26379").err().unwrap();
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+        let err = RedisLink::new("http://:s3cret@127.0.0.1:6379").err().unwrap();
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn a_ca_file_with_a_plain_url_is_refused() {
+        let err = RedisLink::open("redis://127.0.0.1:6379", Some(Path::new("/nonexistent/ca.pem"))).err().unwrap();
+        assert!(err.to_string().contains("rediss://"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_ca_file_is_named() {
+        let err = RedisLink::open("rediss://127.0.0.1:6380", Some(Path::new("/nonexistent/ca.pem"))).err().unwrap();
+        assert!(err.to_string().contains("/nonexistent/ca.pem"), "{err}");
     }
 }

@@ -16,6 +16,7 @@ pub use events::StoredEvent;
 pub use hold_batch::{HoldItem, PostgresBatchWriter, Written};
 pub use sqlite_batch::SqliteBatchWriter;
 
+use crate::domain::url::redacted;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;
@@ -50,9 +51,10 @@ pub(crate) use on_pool;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The URL, its password masked.
     #[error("database URL must start with sqlite:// or postgres:// (got {0:?})")]
     Url(String),
-    #[error("cannot reach the database: {0}")]
+    #[error("cannot reach the database: {0}{hint}", hint = tls_hint(.0))]
     Connect(sqlx::Error),
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -72,6 +74,19 @@ pub enum StoreError {
     Batch(String),
 }
 
+/// What to try when PostgreSQL's TLS is the likely cause of a failed connection.
+fn tls_hint(err: &sqlx::Error) -> &'static str {
+    let text = err.to_string();
+    if text.contains("certificate") {
+        ". The server's certificate was not accepted: sslrootcert= must name the CA (PEM) that signed it, \
+         and with sslmode=verify-full the certificate must name the host of the URL"
+    } else if text.contains("no encryption") {
+        ". The server takes TLS connections only: add sslmode=verify-full&sslrootcert=CA.pem to the URL"
+    } else {
+        ""
+    }
+}
+
 impl StoreError {
     /// True when the database refused this one row (a foreign key, check, unique or not-null
     /// constraint), not when it is unreachable or busy: a batch can skip the row and go on.
@@ -88,7 +103,7 @@ impl Store {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let store = if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)
-                .map_err(|_| StoreError::Url(url.to_owned()))?
+                .map_err(|_| StoreError::Url(redacted(url)))?
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Normal)
@@ -102,7 +117,7 @@ impl Store {
                 .map_err(StoreError::Connect)?;
             Store::Sqlite(pool)
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            let options = PgConnectOptions::from_str(url).map_err(|_| StoreError::Url(url.to_owned()))?;
+            let options = PgConnectOptions::from_str(url).map_err(|_| StoreError::Url(redacted(url)))?;
             // One direct connection first: the pool would only report its own timeout, not why.
             use sqlx::Connection;
             sqlx::postgres::PgConnection::connect_with(&options).await.map_err(StoreError::Connect)?.close().await.ok();
@@ -114,7 +129,7 @@ impl Store {
                 .map_err(StoreError::Connect)?;
             Store::Postgres(pool)
         } else {
-            return Err(StoreError::Url(url.to_owned()));
+            return Err(StoreError::Url(redacted(url)));
         };
         store.migrate().await?;
         Ok(store)

@@ -320,8 +320,11 @@ async fn wrong_tokens_are_limited_per_address_and_every_payment_and_cancel_is_au
 #[tokio::test]
 async fn an_allowlist_is_never_served_with_another_pepper_than_it_was_imported_with() {
     let app = spawn_app(AppOptions { codes: 0, open: false, ..Default::default() }).await;
-    let connections =
-        seatrush::ops::settings::Connections { redis_url: app.primary.url(), database_url: app.db.url.clone() };
+    let connections = seatrush::ops::settings::Connections {
+        redis_url: app.primary.url(),
+        redis_ca_file: None,
+        database_url: app.db.url.clone(),
+    };
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("codes.txt");
     std::fs::write(&file, "CODE-00001\nCODE-00002\n").unwrap();
@@ -348,8 +351,11 @@ async fn an_allowlist_is_never_served_with_another_pepper_than_it_was_imported_w
 #[tokio::test]
 async fn allowlist_generate_writes_unguessable_codes_that_book() {
     let app = spawn_app(AppOptions { codes: 0, open: false, ..Default::default() }).await;
-    let connections =
-        seatrush::ops::settings::Connections { redis_url: app.primary.url(), database_url: app.db.url.clone() };
+    let connections = seatrush::ops::settings::Connections {
+        redis_url: app.primary.url(),
+        redis_ca_file: None,
+        database_url: app.db.url.clone(),
+    };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("issued.txt");
     seatrush::ops::generate_allowlist(&connections, EVENT, 500, &out).await.unwrap();

@@ -139,7 +139,7 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
         loader::open_event(&mut link.check().await.unwrap(), &setup_store, &spec.id).await.unwrap();
     }
     // The same builder as `serve` (noeviction check, allowlist warm-up), with the test's settings.
-    let connections = Connections { redis_url: primary.url(), database_url: db.url.clone() };
+    let connections = Connections { redis_url: primary.url(), redis_ca_file: None, database_url: db.url.clone() };
     let mut serve = ServeSettings::from_env().unwrap();
     serve.operator_token = Some(OPERATOR_TOKEN.into());
     serve.wait_replicas = u32::from(options.replica);

@@ -21,3 +21,4 @@ mod refusal_limit;
 mod schema;
 mod scripts;
 mod secrecy;
+mod tls;
