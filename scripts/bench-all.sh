@@ -4,8 +4,9 @@
 # 127.0.0.1; every Redis and database it uses is private and removed afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q
+cargo build --release -q --workspace
 S=target/release/seatrush
+L=target/release/seatrush-lab # bench (issue 27: the lab's binary)
 OUT=${OUT:-bench-out}
 mkdir -p "$OUT"
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
@@ -14,9 +15,9 @@ echo "## machine"; nproc; free -h | head -2; redis-server --version; uptime
 
 run() { # name, args...
   local name=$1; shift
-  echo; echo "## $name: seatrush bench $* (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
+  echo; echo "## $name: seatrush-lab bench $* (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
   /usr/bin/time -f "cpu of the whole run (client, server, redis, replica): %U s user + %S s sys, %e s wall" \
-    "$S" bench --out-dir "$OUT/$name" "$@" 2>&1 | grep -a -v -E '^\S*\[2m|INFO' || echo "## $name FAILED (see above)"
+    "$L" bench --out-dir "$OUT/$name" "$@" 2>&1 | grep -a -v -E '^\S*\[2m|INFO' || echo "## $name FAILED (see above)"
 }
 
 run closed-default --duration-s "$SECONDS_PER_RUN"
@@ -41,15 +42,15 @@ run poll-20000 --rate 20833 --connections 256 --duration-s 20 --no-ceiling \
 # (issue 10); each prints both sides and the ratio of admitted/s.
 compare() { # name, args...
   local name=$1; shift
-  echo; echo "## $name: seatrush bench compare-backends $* (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
-  "$S" bench compare-backends --out-dir "$OUT/$name" "$@" 2>&1 | grep -a -v -E '^\S*\[2m|INFO' || echo "## $name FAILED (see above)"
+  echo; echo "## $name: seatrush-lab bench compare-backends $* (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
+  "$L" bench compare-backends --out-dir "$OUT/$name" "$@" 2>&1 | grep -a -v -E '^\S*\[2m|INFO' || echo "## $name FAILED (see above)"
 }
 compare compare-closed --rounds 3 --duration-s "$SECONDS_PER_RUN" --no-ceiling
 compare compare-open-833 --rate 833 --connections 32 --duration-s 20 --no-ceiling
 compare compare-open-8330 --rate 8330 --connections 256 --duration-s 20 --no-ceiling
 
 echo; echo "## strategies (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
-"$S" bench strategies --out-dir "$OUT/strategies"
+"$L" bench strategies --out-dir "$OUT/strategies"
 
 echo; echo "## one million codes: import, open, serve RSS, CPU per admission per process, profile of serve"
 PERF=${PERF-1} scripts/million.sh "$S" "$OUT/million"
@@ -74,4 +75,4 @@ echo; echo "## Redis ceilings of admit.lua before the sixth pass and now, altern
 scripts/admit-ceilings.sh "$OUT/admit-7180ad0.lua"
 
 echo; echo "## the embedded SQLite writer alone, by batch size: the database's share of serve's CPU (issue 10, target 3a)"
-"$S" bench sqlite-floor --batches 1,9,13,32,128 --out-dir "$OUT/sqlite-floor" 2>&1 | grep -a -v -E '^\S*\[2m|INFO|WARN'
+"$L" bench sqlite-floor --batches 1,9,13,32,128 --out-dir "$OUT/sqlite-floor" 2>&1 | grep -a -v -E '^\S*\[2m|INFO|WARN'

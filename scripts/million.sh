@@ -5,6 +5,8 @@
 # on the local PostgreSQL instead (dropped at the end), and the CPU its server processes spent.
 set -euo pipefail
 S=$(realpath "$1"); OUT=$2
+# The load comes from the lab's binary, beside the product's unless LAB names another.
+L=$(realpath "${LAB:-$(dirname "$S")/seatrush-lab}")
 mkdir -p "$OUT"; OUT=$(realpath "$OUT")
 DIR=$(mktemp -d /tmp/seatrush-million-XXXX)
 PIDS=()
@@ -53,7 +55,7 @@ if [ -n "${SYSCALLS:-}" ]; then # SYSCALLS=1: serve's system calls by thread and
   perf stat -e "${EV%,}" --per-thread -x, -p "$SERVE" -o "$DIR/syscalls.csv" & STATJOB=$!
 fi
 echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
-/usr/bin/time -o "$DIR/gen.time" -f "%U %S" "$S" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --duration-s 10 --out-dir "$OUT" ${BENCH_ARGS:-} 2>&1 | grep -a -E 'loop|latency|polls|checks'
+/usr/bin/time -o "$DIR/gen.time" -f "%U %S" "$L" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --duration-s 10 --out-dir "$OUT" ${BENCH_ARGS:-} 2>&1 | grep -a -E 'loop|latency|polls|checks'
 echo "load after the run: $(cut -d' ' -f1-3 /proc/loadavg)"
 serve_s=$(echo "$(cpu $SERVE) - ${before[0]}" | bc); primary_s=$(echo "$(cpu "${PIDS[0]}") - ${before[1]}" | bc); replica_s=$(echo "$(cpu "${PIDS[1]}") - ${before[2]}" | bc)
 gen_s=$(awk '{print $1 + $2}' "$DIR/gen.time")

@@ -2,7 +2,7 @@
 # Issue 13 "Show it": the database stalls for STALL_S seconds under CONNECTIONS connections of
 # booking load (open loop, RATE requests a second spread over them). A real deployment on loopback: a private Redis primary + replica (noeviction, on
 # their own ports, never :6379), a fresh PostgreSQL database, one `seatrush serve` process, and
-# `seatrush bench --url` as the crowd (closed loop). After WARMUP_S seconds one transaction takes
+# `seatrush-lab bench --url` as the crowd (closed loop). After WARMUP_S seconds one transaction takes
 # ACCESS EXCLUSIVE on `bookings` and holds it for STALL_S seconds: every booking write waits.
 #
 # Prints: how fast the 503s came (p50/p99), serve's peak memory (VmHWM) and its RSS before the
@@ -15,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BIN=${BIN:-./target/release/seatrush}
+LAB=${LAB:-$(dirname "$BIN")/seatrush-lab}
 CONNECTIONS=${CONNECTIONS:-2000}
 STALL_S=${STALL_S:-10}
 WARMUP_S=${WARMUP_S:-10}
@@ -71,7 +72,7 @@ RSS_IDLE=$(rss_kb)
 
 DURATION=$((WARMUP_S + STALL_S + AFTER_S))
 echo "load: $(uptime)"
-"$BIN" bench --url "http://$LISTEN" --event bench --codes "$SEATS" --connections "$CONNECTIONS" \
+"$LAB" bench --url "http://$LISTEN" --event bench --codes "$SEATS" --connections "$CONNECTIONS" \
   --duration-s "$DURATION" --rate "$RATE" --mix fresh=100 --out-dir "$DIR/out" >"$DIR/bench.txt" 2>&1 &
 BENCH_PID=$!
 sleep "$WARMUP_S"

@@ -1,10 +1,9 @@
 //! Command-line arguments of the binary: the command tree. The settings live in
 //! `ops/settings.rs` (the connections, global; the serve settings, on the commands that serve),
-//! the lab commands' arguments beside their code. Every setting is a flag with a `SEATRUSH_*`
-//! environment twin.
+//! the demo's beside its code. Every setting is a flag with a `SEATRUSH_*` environment twin. The
+//! lab's commands (`bench`, `faults`, `demo --burst`) are the `seatrush-lab` binary's (`lab/`).
 
-use crate::lab::bench::args::BenchArgs;
-use crate::lab::demo::DemoArgs;
+use crate::demo::DemoArgs;
 use crate::ops::settings::{Connections, PersistTimeout, ServeSettings};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -67,10 +66,6 @@ pub enum Command {
     Serve(ServeSettings),
     /// Everything on this machine: private Redis primary and replica, SQLite, a demo event
     Demo(DemoArgs),
-    /// Fault runner: a loopback deployment driven through faults, then the invariants checked
-    Faults(crate::lab::runner::RunConfig),
-    /// Load generator for the booking API, and the contention comparison (`bench strategies`)
-    Bench(Box<BenchArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -135,13 +130,6 @@ mod tests {
         assert_eq!((serve.commit_batch_max, serve.wait_replicas), (9, 0));
         let Command::Demo(demo) = parse("demo --commit-batch-max 9").unwrap().command else { panic!("demo") };
         assert_eq!(demo.serve.commit_batch_max, 9);
-        let Command::Bench(bench) = parse("bench --commit-batch-max 9 --backend postgres").unwrap().command else {
-            panic!("bench")
-        };
-        assert_eq!(
-            (bench.load.server.commit_batch_max, bench.load.backend),
-            (9, crate::lab::bench::args::Backend::Postgres)
-        );
     }
 
     #[test]
@@ -157,7 +145,13 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::ValueValidation, "{args}: {err}");
             assert!(err.to_string().contains(range), "{args}: {err}");
         }
-        assert_eq!(parse("bench --backend mysql").unwrap_err().kind(), ErrorKind::InvalidValue);
+    }
+
+    #[test]
+    fn the_lab_commands_are_not_the_products() {
+        for args in ["bench", "faults --fault oom", "demo --burst 5", "demo --exit-after-burst"] {
+            assert!(parse(args).is_err(), "{args}");
+        }
     }
 
     #[test]

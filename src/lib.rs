@@ -18,23 +18,29 @@
 //! - `http/`: the HTTP edge — routes, the API error type, the pages, metrics, the API document.
 //! - `ops/`: the operator commands (`event apply`, `allowlist import`, `open`, `close`, `status`,
 //!   `reconcile`, `serve`) and their settings.
-//! - `lab/`: what runs the product rather than being it — the demo, the load tool, the fault
-//!   runner, supervised fleets, the simulated crowd, private `redis-server`s, the invariant checker.
+//! - `demo/`: `seatrush demo`, the whole thing on one machine, with its private `redis-server`s.
 //! - `fault_hooks.rs`: crash points and broken guards for the fault runner and the tests.
 //! - `cli.rs`: the binary's command tree.
 //!
 //! # The one rule
 //!
 //! Each layer imports only the layers listed before it here:
-//! `domain` → `fault_hooks` → `redis_io`, `store` → `sale` → `http` → `ops` → `lab` → `cli`
-//! (`redis_io` and `store` do not import each other). So the lab may use the core and the core
-//! never uses the lab; `tests/api/layout.rs` checks it.
+//! `domain` → `fault_hooks` → `redis_io`, `store` → `sale` → `http` → `ops` → `demo` → `cli`
+//! (`redis_io` and `store` do not import each other); `tests/api/layout.rs` checks it.
+//!
+//! # The lab
+//!
+//! What runs the product rather than being it — the load tool (`seatrush-lab bench`), the fault
+//! runner (`seatrush-lab faults`), supervised fleets, the simulated crowd (`seatrush-lab demo
+//! --burst`), scratch databases, the invariant checker — is the crate `seatrush-lab` in `lab/`,
+//! with a binary of its own. It depends on this crate; this crate never names it (it is only a
+//! dev-dependency, for the integration tests), so the `seatrush` binary links none of it.
 
 pub mod cli;
+pub mod demo;
 pub mod domain;
 pub mod fault_hooks;
 pub mod http;
-pub mod lab;
 pub mod ops;
 pub mod redis_io;
 pub mod sale;

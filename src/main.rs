@@ -1,6 +1,6 @@
 use clap::Parser;
 use seatrush::cli::{AllowlistAction, Cli, Command, EventAction, LogFormat};
-use seatrush::lab::{bench, demo, runner};
+use seatrush::demo;
 use seatrush::ops;
 use tracing_subscriber::EnvFilter;
 
@@ -45,17 +45,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reconcile { event, repair } => ops::reconcile(s, &event.event, repair).await?,
         Command::Serve(serve) => ops::serve(s, &serve).await?,
         Command::Demo(args) => demo::run(s, &args).await?,
-        Command::Faults(config) => {
-            let report = runner::run(&config, std::env::current_exe()?).await?;
-            report.print();
-            if let Some(path) = &config.report {
-                std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
-            }
-            if !report.violations.is_empty() {
-                anyhow::bail!("{} invariant violations", report.violations.len());
-            }
-        }
-        Command::Bench(args) => bench::run(s, &args).await?,
     }
     Ok(())
 }

@@ -63,7 +63,7 @@ fn spawn(spec: &ServeSpec, port: u16) -> anyhow::Result<Child> {
     let mut cmd = Command::new(&spec.bin);
     cmd.arg("serve").envs(spec.env.iter().cloned()).env("SEATRUSH_LISTEN", format!("127.0.0.1:{port}"));
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(log));
-    crate::lab::redis_server::spawn_tied(cmd).with_context(|| format!("starting {}", spec.bin.display()))
+    seatrush::demo::redis_server::spawn_tied(cmd).with_context(|| format!("starting {}", spec.bin.display()))
 }
 
 /// Polls `/readyz` until it answers 200.
@@ -88,7 +88,7 @@ impl Fleet {
     pub async fn start(spec: ServeSpec, n: usize) -> anyhow::Result<Self> {
         let mut members = Vec::with_capacity(n);
         for _ in 0..n {
-            let port = crate::lab::redis_server::free_port()?;
+            let port = seatrush::demo::redis_server::free_port()?;
             members.push(Member { port, child: Some(spawn(&spec, port)?), last_start: Instant::now() });
         }
         for m in &members {

@@ -2,12 +2,12 @@
 //! clients were told. Used by the tests after every scenario and by the fault runner after every
 //! run; meant for a quiet moment (nothing in flight, the reaper done).
 
-use crate::domain::code::CodeHash;
-use crate::domain::event::EventId;
-use crate::redis_io::keys::EventKeys;
-use crate::redis_io::snapshot::RedisSide;
-use crate::store::Store;
 use redis::aio::MultiplexedConnection;
+use seatrush::domain::code::CodeHash;
+use seatrush::domain::event::EventId;
+use seatrush::redis_io::keys::EventKeys;
+use seatrush::redis_io::snapshot::RedisSide;
+use seatrush::store::Store;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Every violation found, in words; empty when all three invariants hold.
@@ -184,7 +184,7 @@ async fn final_rows(store: &Store, event: &EventId) -> anyhow::Result<HashMap<St
     type Tuple = (String, String, i64, String, i64, i64);
     let sql = "SELECT code_hash, nonce, slot, state, hold_until_ms, updated_ms FROM bookings WHERE event_id = $1";
     let rows: Vec<Tuple> =
-        crate::store::on_pool!(store, pool => sqlx::query_as(sql).bind(event.as_str()).fetch_all(pool).await?);
+        seatrush::store::on_pool!(store, pool => sqlx::query_as(sql).bind(event.as_str()).fetch_all(pool).await?);
     Ok(rows
         .into_iter()
         .map(|(code, nonce, slot, state, hold_until_ms, updated_ms)| {

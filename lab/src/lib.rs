@@ -1,13 +1,30 @@
-//! The lab: everything that runs the product rather than being it — the embedded demo, the load
-//! tool, the fault runner, supervised `serve` fleets, the simulated crowd, private `redis-server`
-//! processes, scratch databases and the invariant checker. The lab may use every other module; nothing outside the
-//! lab (but the binary's command tree) uses the lab.
+//! seatrush-lab: everything that runs the product rather than being it — the load tool, the fault
+//! runner, supervised `serve` fleets, the simulated crowd, scratch databases and the invariant
+//! checker — and the `seatrush-lab` binary (`bench`, `faults`, `demo --burst`). It depends on the
+//! product (`seatrush`); the product never depends on it, so the binary an operator deploys links
+//! none of the lab's crates (reqwest, hdrhistogram, indicatif, the hyper client).
+//!
+//! # Layout
+//!
+//! - `scratch_db.rs`, `invariants.rs`, `crowd.rs`, `fleet.rs`: the pieces — a database of its own
+//!   for a run, the three invariants checked, simulated candidates, supervised `serve` processes.
+//! - `bench/`: the load tool, the contention comparison (`strategies`), `compare-backends`,
+//!   `sqlite-floor`.
+//! - `runner/`: the fault runner.
+//! - `demo.rs`: the product's demo, started in-process, with a crowd sent at it (`--burst`).
+//! - `cli.rs`: the binary's command tree.
+//!
+//! # The one rule
+//!
+//! `scratch_db`, `invariants`, `crowd`, `fleet` → `bench`, `runner`, `demo` → `cli`: each imports
+//! only the layers before it (none of a rank imports another of that rank), and any of the
+//! product's; `tests/api/layout.rs` checks it, and that the product never names this crate.
 
 pub mod bench;
+pub mod cli;
 pub mod crowd;
 pub mod demo;
 pub mod fleet;
 pub mod invariants;
-pub mod redis_server;
 pub mod runner;
 pub mod scratch_db;

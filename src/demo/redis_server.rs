@@ -1,9 +1,10 @@
-//! Private `redis-server` processes, for `seatrush demo`, the tests and the fault runner: a
+//! Private `redis-server` processes, for `seatrush demo`, the lab (bench, fault runner) and the tests: a
 //! primary, replicas and Sentinels on free loopback ports, data in a temp dir, killed on `Drop`
 //! (and, through PR_SET_PDEATHSIG, when this process dies). Start-up is polled with a bound, and a
 //! server that fails to start has its log printed. With [`RedisTls`] a server (or Sentinel) takes
 //! TLS connections only, replicates over TLS, and is reached here through `rediss://`.
 
+use super::temp_dir::TempDir;
 use anyhow::{bail, Context};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -60,7 +61,7 @@ impl RedisTls {
 pub struct RedisServer {
     child: Child,
     pub port: u16,
-    dir: tempfile::TempDir,
+    dir: TempDir,
     tls: Option<RedisTls>,
 }
 
@@ -160,7 +161,7 @@ fn spawn_error(err: std::io::Error) -> anyhow::Error {
 
 impl RedisServer {
     pub fn start(options: &RedisOptions) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new().prefix("seatrush-redis-").tempdir()?;
+        let dir = TempDir::new("seatrush-redis-")?;
         let port = match options.port {
             Some(p) => p,
             None => free_port()?,
@@ -211,7 +212,7 @@ impl RedisServer {
         quorum: u32,
         tls: Option<&RedisTls>,
     ) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new().prefix("seatrush-sentinel-").tempdir()?;
+        let dir = TempDir::new("seatrush-sentinel-")?;
         let port = free_port()?;
         let conf = dir.path().join("sentinel.conf");
         let listen: String = match tls {

@@ -38,7 +38,9 @@ pub enum Store {
     Postgres(PgPool),
 }
 
-/// Runs the same code against whichever pool the store holds; the SQL must suit both.
+/// Runs the same code against whichever pool the store holds; the SQL must suit both. Exported
+/// for the lab's invariant checker (`seatrush::store::on_pool!`).
+#[macro_export]
 macro_rules! on_pool {
     ($store:expr, $pool:ident => $body:expr) => {
         match $store {
@@ -47,7 +49,8 @@ macro_rules! on_pool {
         }
     };
 }
-pub(crate) use on_pool;
+// `#[macro_export]` puts it at the crate root; here is where the store and the lab name it.
+pub use super::on_pool;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -160,13 +160,13 @@ async fn burst_never_oversells(backend: Backend) {
     .await;
     let levels = ["A1", "B1", "C1"];
     let candidates: Vec<_> = (0..600)
-        .map(|i| seatrush::lab::crowd::Candidate {
+        .map(|i| seatrush_lab::crowd::Candidate {
             code: app.codes[i % app.codes.len()].clone(),
             level: levels[i % 3].into(),
             bot: false,
         })
         .collect();
-    let outcomes = seatrush::lab::crowd::run(&app.url, EVENT, candidates, 300).await;
+    let outcomes = seatrush_lab::crowd::run(&app.url, EVENT, candidates, 300).await;
     let admitted: Vec<_> = outcomes.iter().filter(|o| o.status == 201).collect();
     assert!(outcomes.iter().all(|o| o.status != 0 && o.status != 503), "every candidate got a final answer");
     let slots: HashSet<i64> = admitted.iter().map(|o| o.body["slot"].as_i64().unwrap()).collect();

@@ -1,23 +1,23 @@
-//! A short, bounded `seatrush bench` run on its own topology: the report's counts add up, every
+//! A short, bounded `seatrush-lab bench` run on its own topology: the report's counts add up, every
 //! request kind got the answer a correct server gives it, and nothing was oversold.
 
 use clap::Parser;
-use seatrush::cli::{Cli, Command};
+use seatrush_lab::cli::{Cli, Command};
 
-async fn bench(extra: &[&str]) -> seatrush::lab::bench::report::Report {
+async fn bench(extra: &[&str]) -> seatrush_lab::bench::report::Report {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().display().to_string();
     let mut argv =
-        vec!["seatrush", "bench", "--no-ceiling", "--codes", "2000", "--connections", "8", "--out-dir", &out];
+        vec!["seatrush-lab", "bench", "--no-ceiling", "--codes", "2000", "--connections", "8", "--out-dir", &out];
     argv.extend(extra);
     let cli = Cli::parse_from(argv);
     let Command::Bench(args) = cli.command else { unreachable!("parsed a bench command") };
-    let report = seatrush::lab::bench::load(&cli.connections, &args.load).await.unwrap();
+    let report = seatrush_lab::bench::load(&cli.connections, &args.load).await.unwrap();
     assert!(dir.path().join("report.json").exists() && dir.path().join("report.svg").exists());
     report
 }
 
-fn assert_counts_add_up(r: &seatrush::lab::bench::report::Report, sent: u64) {
+fn assert_counts_add_up(r: &seatrush_lab::bench::report::Report, sent: u64) {
     assert_eq!(r.sent, sent);
     assert_eq!(r.by_kind.values().map(|k| k.sent).sum::<u64>(), sent);
     for (kind, f) in &r.by_kind {
@@ -53,10 +53,10 @@ async fn a_short_open_loop_run_adds_up() {
     assert_counts_add_up(&r, r.sent);
 }
 
-fn floor_args(argv: &[&str]) -> seatrush::lab::bench::args::SqliteFloorArgs {
-    let cli = Cli::parse_from([&["seatrush", "bench", "sqlite-floor"], argv].concat());
+fn floor_args(argv: &[&str]) -> seatrush_lab::bench::args::SqliteFloorArgs {
+    let cli = Cli::parse_from([&["seatrush-lab", "bench", "sqlite-floor"], argv].concat());
     let Command::Bench(args) = cli.command else { unreachable!("parsed a bench command") };
-    let Some(seatrush::lab::bench::args::BenchCommand::SqliteFloor(floor)) = args.command else {
+    let Some(seatrush_lab::bench::args::BenchCommand::SqliteFloor(floor)) = args.command else {
         unreachable!("parsed sqlite-floor")
     };
     floor
@@ -68,16 +68,9 @@ fn floor_args(argv: &[&str]) -> seatrush::lab::bench::args::SqliteFloorArgs {
 async fn the_sqlite_floor_writes_every_booking_at_every_batch_size() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().display().to_string();
-    seatrush::lab::bench::sqlite_floor::run(&floor_args(&[
-        "--bookings",
-        "2000",
-        "--batches",
-        "1,7",
-        "--out-dir",
-        &out,
-    ]))
-    .await
-    .unwrap();
+    seatrush_lab::bench::sqlite_floor::run(&floor_args(&["--bookings", "2000", "--batches", "1,7", "--out-dir", &out]))
+        .await
+        .unwrap();
     let runs: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("sqlite-floor.json")).unwrap()).unwrap();
     let runs = runs.as_array().unwrap();
@@ -96,6 +89,6 @@ async fn the_sqlite_floor_writes_every_booking_at_every_batch_size() {
 
 #[tokio::test]
 async fn the_sqlite_floor_refuses_a_batch_of_zero() {
-    let err = seatrush::lab::bench::sqlite_floor::run(&floor_args(&["--batches", "9,0"])).await.unwrap_err();
+    let err = seatrush_lab::bench::sqlite_floor::run(&floor_args(&["--batches", "9,0"])).await.unwrap_err();
     assert!(err.to_string().contains("--batches"), "{err}");
 }

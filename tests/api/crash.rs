@@ -4,8 +4,8 @@
 //! The crash points are fault hooks: these tests need `--features fault-hooks`.
 
 use crate::helpers::{spawn_app, AppOptions, Backend, TestApp};
-use seatrush::lab::crowd::{self, Candidate, Tally};
-use seatrush::lab::fleet::{Fleet, ServeSpec};
+use seatrush_lab::crowd::{self, Candidate, Tally};
+use seatrush_lab::fleet::{Fleet, ServeSpec};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 //! for three seconds and pays and cancels while its faults run (so releases and expiries race
 //! them), with two committer connections per `serve`.
 
-use seatrush::lab::runner::inject::FaultKind;
-use seatrush::lab::runner::{self, Report, RunConfig};
+use seatrush_lab::runner::inject::FaultKind;
+use seatrush_lab::runner::{self, Report, RunConfig};
 
 fn config(faults: Vec<FaultKind>) -> RunConfig {
     RunConfig {

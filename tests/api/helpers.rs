@@ -1,10 +1,10 @@
 //! `spawn_app`: a fresh Redis topology, a fresh database (SQLite file or a PostgreSQL database of
 //! its own), a demo-shaped event opened, and the real HTTP server on port 0.
 
+use seatrush::demo::redis_server::{RedisOptions, RedisServer};
 use seatrush::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 use seatrush::domain::event::{EventId, EventSpec, LevelName};
 use seatrush::http::EdgeSettings;
-use seatrush::lab::redis_server::{RedisOptions, RedisServer};
 use seatrush::ops::settings::{Connections, ServeSettings};
 use seatrush::ops::{self, loader, Reaper};
 use seatrush::redis_io::keys::EventKeys;
@@ -19,7 +19,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub const EVENT: &str = "exam";
 pub const OPERATOR_TOKEN: &str = "test-operator-token-3f9a2c7e1b5d4a60";
-pub use seatrush::lab::scratch_db::POSTGRES_ADMIN_URL;
+pub use seatrush_lab::scratch_db::POSTGRES_ADMIN_URL;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -69,7 +69,7 @@ impl Default for AppOptions {
 
 /// A database of the test's own: an SQLite file in a temp dir, or a fresh PostgreSQL database
 /// dropped again when the test ends.
-pub use seatrush::lab::scratch_db::ScratchDb as TestDb;
+pub use seatrush_lab::scratch_db::ScratchDb as TestDb;
 
 pub async fn test_db(backend: Backend) -> TestDb {
     match backend {
@@ -260,7 +260,7 @@ impl TestApp {
 
     pub async fn invariant_violations(&self) -> Vec<String> {
         let mut conn = self.sale.link.check().await.unwrap();
-        seatrush::lab::invariants::violations(&mut conn, &self.store, &self.event).await.unwrap()
+        seatrush_lab::invariants::violations(&mut conn, &self.store, &self.event).await.unwrap()
     }
 }
 

@@ -1,7 +1,7 @@
 //! Raw candidate codes never reach Redis, the database, or a log line: only their hashes do.
 
 use crate::helpers::{nonce, spawn_app, AppOptions, EVENT, OPERATOR_TOKEN};
-use seatrush::lab::fleet::{Fleet, ServeSpec};
+use seatrush_lab::fleet::{Fleet, ServeSpec};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,8 +5,8 @@
 //! reaches an error message or a log line.
 
 use crate::helpers::{nonce, spec, test_codes, AppOptions, TestDb, EVENT};
+use seatrush::demo::redis_server::{spawn_tied, RedisOptions, RedisServer, RedisTls};
 use seatrush::domain::code::{CodeHash, CodeHasher, NormalisedCode};
-use seatrush::lab::redis_server::{spawn_tied, RedisOptions, RedisServer, RedisTls};
 use seatrush::ops::settings::{Connections, ServeSettings};
 use seatrush::ops::{self, loader, Reaper};
 use seatrush::redis_io::keys::EventKeys;
@@ -300,7 +300,7 @@ impl TlsPostgres {
              hostnossl all all 127.0.0.1/32 reject\n",
         )
         .unwrap();
-        let port = seatrush::lab::redis_server::free_port().unwrap();
+        let port = seatrush::demo::redis_server::free_port().unwrap();
         let log = std::fs::File::create(dir.path().join("postgres.log")).unwrap();
         let mut cmd = Command::new(format!("{POSTGRES_BIN}/postgres"));
         cmd.uid(uid)

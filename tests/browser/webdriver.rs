@@ -72,7 +72,7 @@ fn chromium_args(profile: &Path, screen: Screen) -> Vec<String> {
 impl Browser {
     pub async fn start(screen: Screen) -> Browser {
         require_installed();
-        let port = seatrush::lab::redis_server::free_port().unwrap();
+        let port = seatrush::demo::redis_server::free_port().unwrap();
         let mut cmd = Command::new(CHROMEDRIVER);
         cmd.arg(format!("--port={port}")).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         // SAFETY: setpgid and prctl are async-signal-safe and touch no memory of ours.

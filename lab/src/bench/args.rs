@@ -1,7 +1,7 @@
-//! Arguments of `seatrush bench` and `seatrush bench strategies`.
+//! Arguments of `seatrush-lab bench` and `seatrush-lab bench strategies`.
 
-use crate::ops::settings::ServeSettings;
 use clap::{Args, Subcommand, ValueEnum};
+use seatrush::ops::settings::ServeSettings;
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]

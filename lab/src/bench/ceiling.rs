@@ -9,9 +9,9 @@
 //! pipelined ceiling dropped), while a batch costs much less an attempt: the batched ceiling is the
 //! fair measure of what Redis can do with the script the service runs.
 
-use crate::lab::redis_server::RedisServer;
-use crate::redis_io::scripts::Scripts;
 use anyhow::Context;
+use seatrush::demo::redis_server::RedisServer;
+use seatrush::redis_io::scripts::Scripts;
 use serde::Serialize;
 
 /// Clients redis-benchmark opens, as in the reference figures.

@@ -1,4 +1,4 @@
-//! `seatrush bench`: the load tool for the booking API, and `seatrush bench strategies`, the
+//! `seatrush-lab bench`: the load tool for the booking API, and `seatrush-lab bench strategies`, the
 //! contention comparison. Figures are printed and written to `--out-dir` (report.json and
 //! report.svg, or strategies.json); nothing here is a timed test.
 
@@ -14,10 +14,10 @@ mod svg;
 pub mod topology;
 pub mod workload;
 
-use crate::ops::settings::{Connections, ServeSettings};
 use anyhow::Context;
 use args::{BenchArgs, BenchCommand, LoadArgs};
 use report::{Machine, Report, RunFacts};
+use seatrush::ops::settings::{Connections, ServeSettings};
 use std::sync::Arc;
 use std::time::Duration;
 use topology::Topology;
@@ -125,7 +125,7 @@ pub async fn load(connections: &Connections, args: &LoadArgs) -> anyhow::Result<
     Ok(report)
 }
 
-/// `seatrush bench compare-backends`: the same self-contained run on each backend, back to back
+/// `seatrush-lab bench compare-backends`: the same self-contained run on each backend, back to back
 /// (alternating over `--rounds`), then PostgreSQL's admitted/s as a share of SQLite's.
 async fn compare_backends(connections: &Connections, args: &args::CompareArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.load.url.is_none(), "compare-backends starts its own topologies; drop --url");
@@ -168,14 +168,14 @@ async fn compare_backends(connections: &Connections, args: &args::CompareArgs) -
 }
 
 /// The database writers' counters: (transactions, bookings, busy µs).
-fn writer_counters(sale: &crate::sale::Sale) -> (u64, u64, u64) {
+fn writer_counters(sale: &seatrush::sale::Sale) -> (u64, u64, u64) {
     use std::sync::atomic::Ordering::Relaxed;
     let s = &sale.stats;
     (s.persist_batches.load(Relaxed), s.persist_batched.load(Relaxed), s.persist_busy_us.load(Relaxed))
 }
 
 /// `total_commands_processed` from the primary's `INFO stats`.
-async fn commands_processed(primary: &crate::lab::redis_server::RedisServer) -> anyhow::Result<u64> {
+async fn commands_processed(primary: &seatrush::demo::redis_server::RedisServer) -> anyhow::Result<u64> {
     let mut conn = redis::Client::open(primary.url())?.get_multiplexed_async_connection().await?;
     let info: String = redis::cmd("INFO").arg("stats").query_async(&mut conn).await?;
     info.lines()

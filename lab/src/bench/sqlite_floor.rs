@@ -1,4 +1,4 @@
-//! `seatrush bench sqlite-floor`: what the embedded database alone costs per booking. The request
+//! `seatrush-lab bench sqlite-floor`: what the embedded database alone costs per booking. The request
 //! path's own SQLite writer ([`SqliteBatchWriter`], with its checkpointer) is fed batches of
 //! fresh bookings directly, with no HTTP and no Redis. Its two threads' CPU is read from `/proc`,
 //! as `scripts/million.sh` reads `serve`'s, and so is their I/O: the writer's bytes written are
@@ -11,12 +11,12 @@
 use super::args::SqliteFloorArgs;
 use super::report::Percentiles;
 use super::topology::{bench_hashes, bench_spec};
-use crate::domain::admission::Admission;
-use crate::domain::nonce::Nonce;
-use crate::lab::bench::driver::latency_histogram;
-use crate::lab::scratch_db::ScratchDb;
-use crate::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store};
+use crate::bench::driver::latency_histogram;
+use crate::scratch_db::ScratchDb;
 use anyhow::Context;
+use seatrush::domain::admission::Admission;
+use seatrush::domain::nonce::Nonce;
+use seatrush::store::{HoldItem, HoldOutcome, SqliteBatchWriter, Store};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -99,7 +99,7 @@ pub async fn run(args: &SqliteFloorArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn one_size(hashes: &[crate::domain::code::CodeHash], batch: usize) -> anyhow::Result<(FloorRun, ScratchDb)> {
+async fn one_size(hashes: &[seatrush::domain::code::CodeHash], batch: usize) -> anyhow::Result<(FloorRun, ScratchDb)> {
     let database = ScratchDb::sqlite("floor.db")?;
     let store = Store::connect(&database.url).await?;
     let spec = bench_spec("floor", hashes.len() as i64, &["standard".to_owned()])?;
@@ -119,7 +119,7 @@ async fn one_size(hashes: &[crate::domain::code::CodeHash], batch: usize) -> any
                 // The admit script hands out the lowest free seats, so slots rise as they do here.
                 slot: i as i64 + 1,
                 level: "standard".to_owned(),
-                admitted_ms: crate::domain::event::now_ms(),
+                admitted_ms: seatrush::domain::event::now_ms(),
             },
             hold_ms,
         })

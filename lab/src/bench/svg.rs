@@ -33,7 +33,7 @@ pub fn render(report: &Report) -> String {
     );
     svg.push_str(r#"<rect width="100%" height="100%" fill="white"/>"#);
     let title = format!(
-        "seatrush bench: {} loop, {} connections{} - {:.0} req/s, {:.0} admitted/s, p99 {:.2} ms",
+        "seatrush-lab bench: {} loop, {} connections{} - {:.0} req/s, {:.0} admitted/s, p99 {:.2} ms",
         report.mode,
         report.connections,
         report.rate_target.map(|r| format!(" at {r:.0} req/s")).unwrap_or_default(),

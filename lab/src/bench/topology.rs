@@ -4,19 +4,19 @@
 //! `ops::build_app` as `serve`, so every server flag applies.
 
 use super::report::StoreCheck;
-use crate::domain::code::{CodeHash, CodeHasher, NormalisedCode};
-use crate::domain::event::{EventId, EventSpec, LevelName};
-use crate::lab::bench::args::Backend;
-use crate::lab::bench::args::LoadArgs;
-use crate::lab::redis_server::{RedisOptions, RedisServer};
-use crate::lab::scratch_db::ScratchDb;
-use crate::ops::loader;
-use crate::ops::settings::{Connections, ServeSettings};
-use crate::redis_io::keys::EventKeys;
-use crate::redis_io::link::RedisLink;
-use crate::sale::Sale;
-use crate::store::Store;
+use crate::bench::args::Backend;
+use crate::bench::args::LoadArgs;
+use crate::scratch_db::ScratchDb;
 use anyhow::Context;
+use seatrush::demo::redis_server::{RedisOptions, RedisServer};
+use seatrush::domain::code::{CodeHash, CodeHasher, NormalisedCode};
+use seatrush::domain::event::{EventId, EventSpec, LevelName};
+use seatrush::ops::loader;
+use seatrush::ops::settings::{Connections, ServeSettings};
+use seatrush::redis_io::keys::EventKeys;
+use seatrush::redis_io::link::RedisLink;
+use seatrush::sale::Sale;
+use seatrush::store::Store;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -102,12 +102,12 @@ impl Topology {
         // The whole workload comes from one address and mixes in unregistered codes on purpose:
         // the refusal limit would turn them into 429s, so the bench measures without it.
         server.refusal_rate_per_minute = 0;
-        let app = crate::ops::build_app(&connections, &server).await?;
+        let app = seatrush::ops::build_app(&connections, &server).await?;
         let sale = app.sale.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
         let stop = CancellationToken::new();
-        tokio::spawn(crate::ops::serve_until(app, listener, stop.clone(), crate::ops::Reaper::Run));
+        tokio::spawn(seatrush::ops::serve_until(app, listener, stop.clone(), seatrush::ops::Reaper::Run));
         Ok(Self { url, primary, replica, store, sale, event: spec.id, seats, server, database, stop })
     }
 

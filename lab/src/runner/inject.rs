@@ -158,8 +158,8 @@ async fn inject(kind: FaultKind, topo: &Topology, round: usize) -> anyhow::Resul
 
 /// One operator command on the run's event, the next in turn.
 async fn operator_command(topo: &Topology, round: usize) -> anyhow::Result<()> {
-    use crate::ops::{loader, reconcile};
-    let id = crate::domain::event::EventId::parse(super::EVENT)?;
+    use seatrush::ops::{loader, reconcile};
+    let id = seatrush::domain::event::EventId::parse(super::EVENT)?;
     let mut conn = topo.sale.link.check().await?;
     match round % 3 {
         0 => {

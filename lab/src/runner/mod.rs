@@ -1,4 +1,4 @@
-//! The fault runner (`seatrush faults`): a real deployment on loopback (see `topology.rs`), a
+//! The fault runner (`seatrush-lab faults`): a real deployment on loopback (see `topology.rs`), a
 //! paced burst of simulated candidates through reply-losing proxies, faults injected on a
 //! schedule (`inject.rs`), then the three invariants checked against the database, Redis and
 //! what the clients were told. Bounded in time and requests; exits non-zero on any violation.
@@ -8,11 +8,11 @@ pub mod operator;
 pub mod proxy;
 pub mod topology;
 
-use crate::domain::event::{now_ms, EventId, EventSpec, LevelName};
-use crate::lab::crowd::{self, Candidate, Outcome, Tally};
-use crate::lab::invariants::{self, Journal, OperatorCall, Told};
+use crate::crowd::{self, Candidate, Outcome, Tally};
+use crate::invariants::{self, Journal, OperatorCall, Told};
 use anyhow::Context;
 use inject::{FaultKind, Injected};
+use seatrush::domain::event::{now_ms, EventId, EventSpec, LevelName};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -151,7 +151,7 @@ fn crowd_of(n: usize, codes: &[String]) -> Vec<Candidate> {
 pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<Report> {
     if let Some(guard) = &config.break_guard {
         anyhow::ensure!(
-            crate::fault_hooks::COMPILED_IN,
+            seatrush::fault_hooks::COMPILED_IN,
             "--break-guard {guard} needs the fault hooks: build with `--features fault-hooks`"
         );
     }
@@ -220,7 +220,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     violations.extend(invariants::told_violations(&topo.store, &event, &journal).await?);
     violations.extend(invariants::settled_violations(&topo.store, &event, now_ms()).await?);
     let redis_taken: i64 = redis::cmd("HVALS")
-        .arg(crate::redis_io::keys::EventKeys::new(&event).taken)
+        .arg(seatrush::redis_io::keys::EventKeys::new(&event).taken)
         .query_async::<Vec<i64>>(&mut conn)
         .await?
         .iter()
@@ -339,8 +339,8 @@ fn told_of(outcomes: &[Outcome], answered_at: &[(i64, i64)]) -> Vec<Told> {
 }
 
 fn told_one(o: &Outcome, asked_ms: i64, answered_ms: i64) -> Option<Told> {
-    let hasher = crate::domain::code::CodeHasher::from_env();
-    let code = hasher.hash(&crate::domain::code::NormalisedCode::parse(&o.candidate.code).ok()?).to_string();
+    let hasher = seatrush::domain::code::CodeHasher::from_env();
+    let code = hasher.hash(&seatrush::domain::code::NormalisedCode::parse(&o.candidate.code).ok()?).to_string();
     let hold_until_ms = o.body["hold_until"]
         .as_str()
         .and_then(|s| time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok())

@@ -6,10 +6,10 @@
 
 use super::topology::OPERATOR_TOKEN;
 use super::EVENT;
-use crate::domain::event::{now_ms, EventId};
-use crate::lab::crowd::{self, Candidate};
-use crate::lab::invariants::{OperatorAnswer, OperatorCall, Seen, Told};
-use crate::store::Store;
+use crate::crowd::{self, Candidate};
+use crate::invariants::{OperatorAnswer, OperatorCall, Seen, Told};
+use seatrush::domain::event::{now_ms, EventId};
+use seatrush::store::Store;
 use std::collections::HashMap;
 use std::time::Duration;
 use tokio::sync::mpsc;

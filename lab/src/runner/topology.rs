@@ -3,15 +3,15 @@
 //! through Sentinel, and a reply-losing proxy in front of each `serve`.
 
 use super::proxy::{self, LinkSwitch, LossDial};
-use crate::domain::code::{CodeHasher, NormalisedCode};
-use crate::domain::event::EventSpec;
-use crate::fault_hooks::FaultPlan;
-use crate::lab::fleet::{Fleet, ServeSpec};
-use crate::lab::redis_server::{command_at, RedisOptions, RedisServer};
-use crate::redis_io::link::RedisLink;
-use crate::sale::{Sale, SaleSettings};
-use crate::store::Store;
+use crate::fleet::{Fleet, ServeSpec};
 use anyhow::{bail, Context};
+use seatrush::demo::redis_server::{command_at, RedisOptions, RedisServer};
+use seatrush::domain::code::{CodeHasher, NormalisedCode};
+use seatrush::domain::event::EventSpec;
+use seatrush::fault_hooks::FaultPlan;
+use seatrush::redis_io::link::RedisLink;
+use seatrush::sale::{Sale, SaleSettings};
+use seatrush::store::Store;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,8 +54,8 @@ enum SlowLock {
 /// How long the database-slow fault's own connection waits for SQLite's write lock.
 const SLOW_LOCK_WAIT: Duration = Duration::from_secs(5);
 
-use crate::lab::scratch_db::ScratchDb;
-pub use crate::lab::scratch_db::POSTGRES_ADMIN_URL;
+use crate::scratch_db::ScratchDb;
+pub use crate::scratch_db::POSTGRES_ADMIN_URL;
 
 impl RunDb {
     async fn new(postgres: bool) -> anyhow::Result<Self> {
@@ -224,7 +224,7 @@ impl Topology {
             codes.iter().filter_map(|c| NormalisedCode::parse(c).ok()).map(|c| hasher.hash(&c)).collect();
         store.import_allowlist(&spec.id, &hashes).await?;
         let link = Arc::new(RedisLink::new(&sentinel_url)?);
-        crate::ops::loader::open_event(&mut link.check().await?, &store, &spec.id).await?;
+        seatrush::ops::loader::open_event(&mut link.check().await?, &store, &spec.id).await?;
 
         let settings = SaleSettings {
             persist_timeout: Duration::from_millis(options.persist_timeout_ms),
@@ -293,7 +293,7 @@ impl Topology {
 
     fn is_master(&self, port: u16) -> bool {
         let ours = self.redis.lock().expect("redis lock").iter().any(|n| n.port == port);
-        ours && crate::lab::redis_server::command_at::<Vec<redis::Value>>(port, &redis::cmd("ROLE"))
+        ours && seatrush::demo::redis_server::command_at::<Vec<redis::Value>>(port, &redis::cmd("ROLE"))
             .ok()
             .and_then(|role| role.first().cloned())
             .is_some_and(|r| matches!(r, redis::Value::BulkString(ref b) if b == b"master"))
@@ -399,7 +399,7 @@ impl Topology {
         let route = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(via).clone();
         tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
             command_at::<()>(replica, &route)?;
-            crate::lab::redis_server::wait_replicas_online_at(primary, 1)
+            seatrush::demo::redis_server::wait_replicas_online_at(primary, 1)
         })
         .await??;
         switch.forward(false);
@@ -421,7 +421,7 @@ impl Topology {
         Ok(())
     }
 
-    pub async fn shutdown(self) -> crate::lab::fleet::FleetReport {
+    pub async fn shutdown(self) -> crate::fleet::FleetReport {
         let report = self.fleet.shutdown().await;
         self.db.drop_database().await;
         report

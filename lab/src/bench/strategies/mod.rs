@@ -1,4 +1,4 @@
-//! `seatrush bench strategies`: one hot event (few seats, hundreds of clients each on its own
+//! `seatrush-lab bench strategies`: one hot event (few seats, hundreds of clients each on its own
 //! connection) sold out four ways, to show why the admission is one Lua script:
 //!
 //! - `lua_script`: seatrush's own `lua/admit.lua`, one EVALSHA per attempt; never retried.
@@ -17,9 +17,9 @@
 mod postgres_way;
 mod redis_ways;
 
-use crate::lab::bench::args::StrategiesArgs;
-use crate::lab::redis_server::{RedisOptions, RedisServer};
+use crate::bench::args::StrategiesArgs;
 use hdrhistogram::Histogram;
+use seatrush::demo::redis_server::{RedisOptions, RedisServer};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,13 +1,13 @@
 //! The three Redis ways of booking the hot event.
 
 use super::{Attempt, Strategy, LOCK_BACKOFF, LOCK_TTL_MS};
-use crate::domain::code::CodeHash;
-use crate::domain::event::EventId;
-use crate::domain::nonce::Nonce;
-use crate::redis_io::keys::EventKeys;
-use crate::redis_io::scripts::{AdmitReply, Scripts};
 use redis::aio::MultiplexedConnection;
 use redis::Client;
+use seatrush::domain::code::CodeHash;
+use seatrush::domain::event::EventId;
+use seatrush::domain::nonce::Nonce;
+use seatrush::redis_io::keys::EventKeys;
+use seatrush::redis_io::scripts::{AdmitReply, Scripts};
 
 const LEVEL: &str = "A1";
 /// Keys of the WATCH and lock strategies (one hash tag, as a cluster would need).
