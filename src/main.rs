@@ -21,7 +21,8 @@ async fn main() {
     }
     if let Err(err) = run(cli).await {
         eprintln!("seatrush: {err:#}");
-        std::process::exit(1);
+        let busy = err.downcast_ref::<ops::reconcile::TooBusy>().is_some();
+        std::process::exit(if busy { ops::reconcile::TooBusy::EXIT_CODE } else { 1 });
     }
 }
 

@@ -210,14 +210,36 @@ fn watched(keys: &EventKeys) -> redis::Cmd {
     watch
 }
 
+/// No comparison in a row was exact: the sale changed Redis during each one. Not drift: a
+/// booking or release that lands between the database read and the Redis read only looks like
+/// drift, and acting on it would "repair" what was right. `seatrush reconcile` exits with
+/// [`TooBusy::EXIT_CODE`] for it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the sale changed Redis during each of {comparisons} comparisons in a row, so none was exact; no drift is \
+     reported from an inexact one. Run reconcile again when the sale is quieter (or after close)"
+)]
+pub struct TooBusy {
+    pub comparisons: usize,
+}
+
+impl TooBusy {
+    /// `seatrush reconcile`'s exit code when the sale is too busy for an exact comparison
+    /// (1 is drift found, or any other error).
+    pub const EXIT_CODE: i32 = 3;
+}
+
 /// A comparison that is not fooled by a busy sale. Taken under WATCH and closed with an empty
-/// MULTI/EXEC that aborts if a watched key changed: a quiet comparison is exact. A busy sale
-/// changes Redis during most comparisons, and a booking or release that lands between the
-/// database read and the Redis read looks like drift for that one comparison; so drift is only
-/// reported when every one of [`NOISY_COMPARISONS_MAX`] comparisons in a row shows some.
-async fn compare_quietly(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<Comparison> {
+/// MULTI/EXEC that aborts if a watched key changed: a quiet comparison is exact, and so is one
+/// that shows no drift at all. Drift is only reported from an exact comparison; when each of
+/// [`NOISY_COMPARISONS_MAX`] comparisons in a row is noisy and shows some, the answer is
+/// [`TooBusy`], never the last noisy one.
+pub async fn compare_quietly(
+    conn: &mut MultiplexedConnection,
+    store: &Store,
+    id: &EventId,
+) -> anyhow::Result<Comparison> {
     let keys = EventKeys::new(id);
-    let mut last = None;
     for _ in 0..NOISY_COMPARISONS_MAX {
         watched(&keys).query_async::<()>(conn).await?;
         let c = compare(conn, store, id).await?;
@@ -225,10 +247,9 @@ async fn compare_quietly(conn: &mut MultiplexedConnection, store: &Store, id: &E
         if quiet.is_some() || c.drift().is_empty() {
             return Ok(c);
         }
-        last = Some(c);
         tokio::time::sleep(NOISY_COMPARISON_PAUSE).await;
     }
-    Ok(last.expect("at least one comparison"))
+    Err(TooBusy { comparisons: NOISY_COMPARISONS_MAX }.into())
 }
 
 async fn repair_locked(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<Vec<String>> {
