@@ -112,7 +112,9 @@ impl Store {
                 .map_err(|_| StoreError::Url(redacted(url)))?
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
+                // FULL: in WAL mode a NORMAL commit may roll back after a power loss or an OS
+                // crash, after its 201 went out and its pending entry was dropped (issue 29 item 4).
+                .synchronous(SqliteSynchronous::Full)
                 .busy_timeout(SQLITE_BUSY_TIMEOUT)
                 .foreign_keys(true);
             let pool = SqlitePoolOptions::new()

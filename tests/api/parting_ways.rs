@@ -43,3 +43,18 @@ async fn a_dead_events_releases_never_starve_a_live_one_sqlite() {
 async fn a_dead_events_releases_never_starve_a_live_one_postgres() {
     a_dead_events_releases_never_starve_a_live_one(Backend::Postgres).await;
 }
+
+/// Item 4: in WAL mode, a commit with `synchronous = NORMAL` may roll back after a power loss or
+/// an OS crash, after its 201 went out. Every connection that writes bookings commits with FULL.
+#[tokio::test]
+async fn sqlite_commits_survive_an_os_crash() {
+    let app = spawn_app(AppOptions { backend: Backend::Sqlite, ..Default::default() }).await;
+    let seatrush::store::Store::Sqlite(pool) = &app.store else { panic!("an SQLite store") };
+    for _ in 0..4 {
+        let mut conn = pool.acquire().await.unwrap();
+        let (mode,): (i64,) = sqlx::query_as("PRAGMA synchronous").fetch_one(&mut *conn).await.unwrap();
+        assert_eq!(mode, 2, "PRAGMA synchronous: 2 is FULL, 1 NORMAL");
+    }
+    let (journal,): (String,) = sqlx::query_as("PRAGMA journal_mode").fetch_one(pool).await.unwrap();
+    assert_eq!(journal, "wal");
+}
