@@ -17,6 +17,7 @@ pub fn all() -> Vec<Property<SeatRush>> {
         Property::always("one seat per code", one_admission_per_code),
         Property::always("a client told 201 holds its seat", told_201_holds),
         Property::always("no 201 for a hold that ran out", |_, s: &State| !s.ghost.expired_201),
+        Property::always("no fresh admission after close", |_, s: &State| !s.ghost.admitted_after_close),
         Property::always("at quiescence Redis matches the database", |m, s: &State| {
             !quiescent(s) || counters_match(m, &drain(m, s))
         }),
