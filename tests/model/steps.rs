@@ -129,7 +129,8 @@ fn step(m: &SeatRush, s: &mut State, action: Action) {
 }
 
 /// A client sends a request; the read-only gates run as it arrives. After `close` only a retry
-/// whose nonce the code's record carries goes on (DESIGN: "recognised before a gate").
+/// whose nonce the code's record carries goes on
+/// (docs/design.md#a-retry-is-recognised-before-a-gate-refuses-it).
 fn book(m: &SeatRush, s: &mut State, c: u8, fresh: bool) {
     let b = &m.bounds;
     if let Some(earlier) = s.requests.iter_mut().find(|r| r.client == c && r.listened) {
