@@ -75,6 +75,9 @@ pub enum StoreError {
     /// The shared transaction of a batched write failed; every booking in it is unwritten.
     #[error("batched database write failed: {0}")]
     Batch(String),
+    /// A row the database holds cannot be read back as what it must be.
+    #[error("the database holds a row seatrush cannot read: {0}")]
+    Corrupt(String),
 }
 
 /// What to try when PostgreSQL's TLS is the likely cause of a failed connection.
