@@ -20,7 +20,7 @@
 --   mode: "admit", or "retry-only" when a gate (window, allowlist) refuses the request unless it
 --   is a retry: then only check 1 may answer, and anything else is -4, writing nothing.
 --
--- Checks, in this order (DESIGN.md):
+-- Checks, in this order (docs/design.md#the-admit-script):
 --   1. admitted with this nonce  -> {slot, admitted-ms, admission-id, level} of the original
 --   2. admitted with other nonce -> -1
 --   3. outside the sale window, by Redis's clock and the event's state here:

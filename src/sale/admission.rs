@@ -3,10 +3,10 @@
 //! [`Committer`](crate::sale::committer::Committer)), then the database write, the
 //! mark-persisted script, and the answer.
 //!
-//! Order (DESIGN.md): event -> level -> window -> allowlist -> admit -> WAIT -> persist -> mark
-//! persisted -> 201. A gate's refusal yields to a retry of this nonce's admission. Every undo on
-//! this path goes through [`Sale::settle`], so none returns a seat whose database write may still
-//! land. Any Redis error is `Retry`.
+//! Order (docs/design.md#the-request-path): event -> level -> window -> allowlist -> admit -> WAIT
+//! -> persist -> mark persisted -> 201. A gate's refusal yields to a retry of this nonce's
+//! admission. Every undo on this path goes through [`Sale::settle`], so none returns a seat whose
+//! database write may still land. Any Redis error is `Retry`.
 
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;

@@ -2,9 +2,8 @@
 //! row changes first, in one conditional statement that names the admission it releases; then the
 //! guarded release script returns the seat in Redis, followed by `WAIT` on the same connection. A
 //! release stays in `release_syncs` (not yet synced) until a replica has acknowledged it,
-//! and the background pass runs it again until one has (DESIGN "A release is done only once a
-//! replica has it"): a failover that loses a release cannot leave a seat counted with nobody
-//! holding it.
+//! and the background pass runs it again until one has (docs/design.md#releases-and-their-sync):
+//! a failover that loses a release cannot leave a seat counted with nobody holding it.
 
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;

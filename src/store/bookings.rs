@@ -163,8 +163,8 @@ pub(super) const UPSERT: &str = "INSERT INTO bookings (event_id, code_hash, nonc
      WHERE bookings.state = 'released' AND bookings.admission_id <> excluded.admission_id";
 
 impl Store {
-    /// The one clock for holds (DESIGN "One clock for holds"): PostgreSQL's own clock, shared by
-    /// every `serve`; for SQLite the host's clock, which is the database's clock (SQLite runs in
+    /// The one clock for holds (docs/design.md#one-clock-for-holds): PostgreSQL's own clock, shared
+    /// by every `serve`; for SQLite the host's clock, which is the database's clock (SQLite runs in
     /// the process) and is shared by every `serve` that can open the file.
     pub async fn clock_ms(&self) -> Result<i64, StoreError> {
         match self {

@@ -137,7 +137,9 @@ fn step(m: &SeatRush, s: &mut State, action: Action) {
 }
 
 /// A client sends a request; the read-only gates run as it arrives. After `close` only a retry
-/// whose nonce the code's record carries goes on (DESIGN: "recognised before a gate").
+/// whose nonce the code's record carries goes on
+/// (docs/design.md#a-retry-is-recognised-before-a-gate-refuses-it); a stale cached view
+/// (`stale`) lets a fresh request through to admit.lua, whose own window check refuses it.
 fn book(m: &SeatRush, s: &mut State, c: u8, fresh: bool, stale: bool) {
     let gate_closed = s.closed && !stale;
     let b = &m.bounds;
