@@ -102,3 +102,62 @@ async fn the_admit_script_keeps_the_window_whatever_a_serves_view_says() {
     app.redis::<()>(redis::cmd("DEL").arg(&app.keys.meta));
     assert_eq!(refused(app.sale.committer.admit(admit("CODE-00006", &nonce("lost"))).await), OutsideWindow::NotLoaded);
 }
+
+/// Item 6: a round with two events where one call admits and the other meets `NOREPLICAS` (a
+/// primary losing its replica between the two calls of one pipeline; forced here by an admit
+/// script that answers so for the second event). The connection is dropped for the next round,
+/// but the round's WAIT must still run on the connection that wrote the admission: with the
+/// replica stalled, the admission is short, not acknowledged by a fresh connection's WAIT.
+#[tokio::test]
+async fn a_rounds_wait_runs_on_the_connection_that_admitted() {
+    use seatrush::domain::event::EventId;
+    use seatrush::fault_hooks::FaultPlan;
+    use seatrush::redis_io::keys::EventKeys;
+    use seatrush::redis_io::scripts::Scripts;
+    use seatrush::sale::committer::AckPolicy;
+    use seatrush::sale::committer::Committer;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let app = spawn_app(AppOptions::default()).await;
+    let other = Arc::new(EventKeys::new(&EventId::parse("other-event").unwrap()));
+    let admit = include_str!("../../lua/admit.lua");
+    let (shebang, body) = admit.split_once('\n').unwrap();
+    let source = format!(
+        "{shebang}\nif KEYS[1] == '{}' then return redis.error_reply('NOREPLICAS Not enough good replicas to write.') end\n{body}",
+        other.adm
+    );
+    let scripts = Arc::new(Scripts::with_admit_source(Box::leak(source.into_boxed_str())));
+    let policy = AckPolicy { replicas: 1, timeout: Duration::from_millis(300) };
+    let committer = Committer::start(app.sale.link.clone(), scripts, policy, 1, FaultPlan::none());
+    let call = |keys: &Arc<EventKeys>, code: &str| AdmitCall {
+        keys: keys.clone(),
+        code: app.hash(code),
+        nonce: Nonce::parse(&nonce("n")).unwrap(),
+        level: "A1".into(),
+        admission_id: uuid::Uuid::new_v4().simple().to_string(),
+        retry_only: false,
+    };
+    let mine = Arc::new(app.keys.clone());
+    // Warm the committer's connection and script cache with a round of its own.
+    assert!(matches!(committer.admit(call(&mine, "CODE-00001")).await, Ok(Committed::Acked(_))));
+    let replica = app.replica.as_ref().unwrap();
+    replica.pause();
+    // A round whose WAIT falls short keeps the worker busy for the timeout, so the next two
+    // admits queue up and go in one round; it also stops the next round riding its WAIT in the
+    // admits' pipeline, so that round sends a WAIT of its own.
+    let busy = committer.admit(call(&mine, "CODE-00004"));
+    let queued = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::join!(committer.admit(call(&mine, "CODE-00002")), committer.admit(call(&other, "CODE-00003")))
+    };
+    let (first, (admitted, refused)) = tokio::join!(busy, queued);
+    replica.resume();
+    assert!(matches!(first, Ok(Committed::Short(_))), "{first:?}");
+    assert!(refused.is_err(), "the other event's call met NOREPLICAS: {refused:?}");
+    match admitted {
+        // The replica was stalled: nothing acknowledged this admission.
+        Ok(Committed::Short(_)) | Err(_) => {}
+        other => panic!("an admission counted as acknowledged by a WAIT that covered none of it: {other:?}"),
+    }
+}
