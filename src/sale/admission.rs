@@ -70,12 +70,10 @@ impl Sale {
     }
 
     async fn allowed(&self, view: &EventView, code: &CodeHash) -> Result<bool, Refusal> {
-        if self.settings.allowlist_in_memory {
-            match self.allowlist.contains(view, code).await {
-                Ok(Some(allowed)) => return Ok(allowed),
-                Ok(None) => {}
-                Err(e) => return Err(self.redis_failed(e)),
-            }
+        match self.allowlist.contains(view, code).await {
+            Ok(Some(allowed)) => return Ok(allowed),
+            Ok(None) => {}
+            Err(e) => return Err(self.redis_failed(e)),
         }
         let mut conn = self.link.shared().await.map_err(|e| self.redis_failed(e))?;
         let allowed: Result<bool, RedisError> =

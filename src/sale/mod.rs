@@ -45,8 +45,6 @@ pub struct SaleSettings {
     pub commit_batch_max: usize,
     /// Batched database writes of the request path.
     pub persist: PersistPolicy,
-    /// Answer the allowlist gate from an in-memory copy instead of SISMEMBER.
-    pub allowlist_in_memory: bool,
     /// How long the request path waits for its database write before answering `503 retry`
     /// (the admission stays pending: the write may still land, or the reaper settles it).
     pub persist_deadline: Duration,
@@ -61,7 +59,6 @@ impl Default for SaleSettings {
             reaper_interval: Duration::from_secs(1),
             commit_batch_max: crate::sale::committer::BATCH_SIZE_MAX,
             persist: PersistPolicy::default(),
-            allowlist_in_memory: true,
             persist_deadline: Duration::from_secs(2),
         }
     }
@@ -114,7 +111,13 @@ pub struct Sale {
 
 impl Sale {
     /// Wires the parts together and starts the committers (inside the current Tokio runtime).
-    pub fn new(link: Arc<RedisLink>, store: Store, settings: SaleSettings, crash: FaultPlan) -> Self {
+    /// Fails only when SQLite's batch writer cannot open the database file.
+    pub fn new(
+        link: Arc<RedisLink>,
+        store: Store,
+        settings: SaleSettings,
+        crash: FaultPlan,
+    ) -> Result<Self, StoreError> {
         let scripts = Arc::new(Scripts::with_broken_guard(crash.broken_guard));
         let committer = Committer::start_batched(
             link.clone(),
@@ -131,12 +134,12 @@ impl Sale {
             settings.persist,
             Some(PersistedMarks { link: link.clone(), scripts: scripts.clone(), crash: crash.clone() }),
             stats.clone(),
-        );
+        )?;
         let seat_reads = match persister.sqlite_writer() {
             Some(writer) => SeatReads::Writer(writer.clone()),
             None => SeatReads::Pool(store.dedicated(SEAT_READ_CONNECTIONS)),
         };
-        Self {
+        Ok(Self {
             catalog: Catalog::new(link.clone()),
             allowlist: AllowCache::new(link.clone()),
             persister,
@@ -149,7 +152,7 @@ impl Sale {
             crash,
             settings,
             release_conn: tokio::sync::Mutex::new(None),
-        }
+        })
     }
 
     /// The opened event, or `UnknownEvent`.

@@ -7,20 +7,23 @@
 //!   (issue 10: a quarter of SQLite's admitted/s). Its current definition is migration 0006
 //!   (0005's one INSERT for the batch, and 0003's sub-block per booking when anything refuses one;
 //!   planned once, and checking each level row itself instead of a foreign-key query per booking).
-//! - SQLite: the statements in [`sqlite_sql`], run through sqlx here and by the direct writer
-//!   (`sqlite_batch.rs`), each booking in a SAVEPOINT of its own.
+//! - SQLite: the statements in [`sqlite_sql`], run by the batch writer (`sqlite_batch.rs`) on a
+//!   rusqlite connection of its own: an upsert per booking and the counters once, or each booking
+//!   in a SAVEPOINT of its own when one is refused. sqlx's SQLite driver hands every statement to
+//!   a worker thread, and batching through it reached 5,285 admitted/s against the writer's
+//!   14,040 (BENCHMARKS.md, "Each lever on and off"), so there is no sqlx `hold` for SQLite.
 //!
 //! Either way a booking the database refuses is rolled back alone while the rest of the batch
 //! commits, every booking gets the outcome it would have had alone, and one commit covers the
 //! batch. The hold runs from the write, by the database's clock.
 
-use super::bookings::{to_row, unclaimed, BookingRow, RowTuple};
+use super::bookings::{unclaimed, BookingRow};
 use super::{HoldOutcome, Store, StoreError};
-use crate::domain::admission::{Admission, Seat};
+use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
 use sqlx::pool::PoolConnection;
-use sqlx::{Acquire, PgExecutor, PgPool, Postgres, SqlitePool};
+use sqlx::{PgExecutor, PgPool, Postgres};
 
 /// One request-path write, as [`Store::hold`] takes it.
 #[derive(Clone, Debug)]
@@ -55,12 +58,8 @@ impl Written {
     }
 }
 
-/// SQLite's `hold`, statement by statement, for sqlx and rusqlite alike ($N placeholders work in both).
+/// SQLite's `hold`, statement by statement, as the batch writer (`sqlite_batch.rs`) runs them.
 pub(super) mod sqlite_sql {
-    /// Touches the counter rows first so the transaction's first statement writes: SQLite takes
-    /// its write lock up front instead of failing a lock upgrade.
-    pub const LOCK_LEVEL: &str = "UPDATE levels SET taken = taken WHERE event_id = $1 AND name = $2";
-    pub const LOCK_EVENT: &str = "UPDATE events SET taken = taken WHERE id = $1";
     /// Claims the row, bound with state `held`: the arbiter's upsert, shared with the reaper.
     pub(in crate::store) use crate::store::bookings::UPSERT;
     /// The row that stopped the upsert.
@@ -114,7 +113,10 @@ impl Store {
         }
         match self {
             Store::Postgres(pool) => hold_postgres(pool, items).await,
-            Store::Sqlite(pool) => hold_sqlite(pool, items).await,
+            Store::Sqlite(pool) => {
+                let path = pool.connect_options().get_filename().to_path_buf();
+                super::sqlite_batch::write_on_a_connection_of_its_own(path, items.to_vec()).await
+            }
         }
     }
 }
@@ -272,74 +274,4 @@ fn postgres_outcome(row: PostgresHoldRow, adm: &Admission) -> Result<HoldOutcome
         "error" => Err(StoreError::Batch(format!("the database refused this booking: {}", state.unwrap_or_default()))),
         other => Err(StoreError::Batch(format!("seatrush_hold: unknown outcome {other:?}"))),
     }
-}
-
-async fn hold_sqlite(pool: &SqlitePool, items: &[HoldItem]) -> Result<Written, StoreError> {
-    use sqlite_sql::*;
-    let mut tx = pool.begin().await?;
-    let (levels, events) = lock_order(items);
-    for (event, level) in &levels {
-        sqlx::query(LOCK_LEVEL).bind(*event).bind(*level).execute(&mut *tx).await?;
-    }
-    for event in &events {
-        sqlx::query(LOCK_EVENT).bind(*event).execute(&mut *tx).await?;
-    }
-    // SQLite's clock is this host's (see `Store::clock_ms`), read once the write lock is ours.
-    let now_ms = crate::domain::event::now_ms();
-    let mut outcomes = Vec::with_capacity(items.len());
-    for item in items {
-        let (event, adm) = (item.event.as_str(), &item.admission);
-        let hold_until_ms = now_ms + item.hold_ms;
-        let mut booking = (&mut tx).begin().await?;
-        let upsert = sqlx::query(UPSERT)
-            .bind(event)
-            .bind(adm.code.as_str())
-            .bind(adm.nonce.as_str())
-            .bind(&adm.id)
-            .bind(adm.slot)
-            .bind(&adm.level)
-            .bind("held")
-            .bind(adm.admitted_ms)
-            .bind(hold_until_ms)
-            .bind(now_ms)
-            .execute(&mut *booking)
-            .await;
-        let outcome = match upsert {
-            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => Ok(HoldOutcome::SeatTaken),
-            Err(e) => Err(e.into()),
-            Ok(done) if done.rows_affected() == 0 => {
-                let row: Option<RowTuple> = sqlx::query_as(SELECT_ROW)
-                    .bind(event)
-                    .bind(adm.code.as_str())
-                    .fetch_optional(&mut *booking)
-                    .await?;
-                Ok(unclaimed(row.and_then(to_row), adm))
-            }
-            Ok(_)
-                if sqlx::query(COUNT_LEVEL)
-                    .bind(event)
-                    .bind(&adm.level)
-                    .execute(&mut *booking)
-                    .await?
-                    .rows_affected()
-                    == 0 =>
-            {
-                Ok(HoldOutcome::LevelFull)
-            }
-            Ok(_) if sqlx::query(COUNT_EVENT).bind(event).execute(&mut *booking).await?.rows_affected() == 0 => {
-                Ok(HoldOutcome::SoldOut)
-            }
-            Ok(_) => {
-                Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms, paid: false }))
-            }
-        };
-        if matches!(outcome, Ok(HoldOutcome::Held(_))) {
-            booking.commit().await?;
-        } else {
-            booking.rollback().await?;
-        }
-        outcomes.push(outcome);
-    }
-    tx.commit().await?;
-    Ok(Written { outcomes, clock_ms: now_ms })
 }

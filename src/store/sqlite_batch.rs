@@ -117,6 +117,22 @@ impl SqliteBatchWriter {
     }
 }
 
+/// The batch writer's write on a connection opened for it alone, for [`super::Store::hold_batch`]:
+/// the same statements and outcomes without the writer's thread and checkpointer, for callers
+/// outside the request path (its one writer is the persister's).
+pub(super) async fn write_on_a_connection_of_its_own(
+    path: std::path::PathBuf,
+    items: Vec<HoldItem>,
+) -> Result<Written, StoreError> {
+    let written = tokio::task::spawn_blocking(move || {
+        let mut conn = Connection::open(&path)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.execute_batch("PRAGMA foreign_keys = ON;")?;
+        write(&mut conn, &items)
+    });
+    written.await.map_err(|e| StoreError::Batch(format!("the SQLite write panicked: {e}")))?.map_err(sql_error)
+}
+
 fn stopped() -> StoreError {
     StoreError::Batch("the SQLite writer thread stopped".into())
 }

@@ -210,7 +210,8 @@ async fn many_reapers_at_once_release_a_phantom_once() {
         app.store.clone(),
         app.sale.settings.clone(),
         seatrush::fault_hooks::FaultPlan::none(),
-    );
+    )
+    .unwrap();
     admit_only(&app, "CODE-00003", "A1").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let (a, b) = tokio::join!(app.sale.reap_all_once(), second.reap_all_once());

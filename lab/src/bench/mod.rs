@@ -194,8 +194,6 @@ fn server_levers(s: &ServeSettings, args: &LoadArgs) -> serde_json::Value {
         "persist_batch_max": s.persist_batch_max,
         "persist_linger_ms": s.persist_linger_ms,
         "persist_writers": s.persist_writers,
-        "persist_direct_sqlite": s.persist_direct_sqlite,
-        "allowlist_in_memory": s.allowlist_in_memory,
         "allowlist_codes": args.codes,
     })
 }
