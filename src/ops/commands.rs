@@ -262,7 +262,7 @@ pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> a
     let hasher = CodeHasher::from_env();
     warn_if_unpeppered(&hasher);
     let (link, store) = connect(connections).await?;
-    for id in store.events_in_state("open").await? {
+    for id in store.open_events().await? {
         store.check_allowlist_pepper(&id, &hasher.fingerprint()).await?;
     }
     let mut conn = link.check().await?;

@@ -9,8 +9,6 @@
 use crate::domain::event::EventId;
 use crate::redis_io::keys::EventKeys;
 use redis::aio::MultiplexedConnection;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a lock outlives a holder that stopped renewing it (crashed, or cut off from Redis).
@@ -39,7 +37,6 @@ pub struct OperatorLock {
     conn: MultiplexedConnection,
     key: String,
     owner: String,
-    lost: Arc<AtomicBool>,
     renewer: tokio::task::JoinHandle<()>,
 }
 
@@ -68,20 +65,14 @@ impl OperatorLock {
                 expires_in_ms,
             });
         }
-        let lost = Arc::new(AtomicBool::new(false));
-        let renewer = tokio::spawn(renew(conn.clone(), key.clone(), owner.clone(), lost.clone()));
-        Ok(Self { conn, key, owner, lost, renewer })
+        let renewer = tokio::spawn(renew(conn.clone(), key.clone(), owner.clone()));
+        Ok(Self { conn, key, owner, renewer })
     }
 
     /// The value the lock key holds while this lock is held; scripts that must only run under
     /// the lock compare it.
     pub fn owner(&self) -> &str {
         &self.owner
-    }
-
-    /// True once a renewal found the lock gone or taken by another (this holder was too slow).
-    pub fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Relaxed)
     }
 
     /// Frees the lock if it is still ours.
@@ -98,7 +89,7 @@ impl Drop for OperatorLock {
     }
 }
 
-async fn renew(mut conn: MultiplexedConnection, key: String, owner: String, lost: Arc<AtomicBool>) {
+async fn renew(mut conn: MultiplexedConnection, key: String, owner: String) {
     let mut tick = tokio::time::interval(LOCK_TTL / RENEWALS_PER_TTL);
     tick.tick().await;
     loop {
@@ -109,7 +100,6 @@ async fn renew(mut conn: MultiplexedConnection, key: String, owner: String, lost
             Ok(1) => {}
             Ok(_) => {
                 tracing::warn!(lock = %key, "operator lock lost: it expired and another command may hold it");
-                lost.store(true, Ordering::Relaxed);
                 return;
             }
             Err(e) => tracing::warn!(lock = %key, error = %e, "cannot renew the operator lock; retrying"),

@@ -82,19 +82,6 @@ impl Scripts {
         self.admit_batch_call(keys, [AdmitArgs { code, nonce, level, admission, retry_only: false }])
     }
 
-    /// The admit call for a request a gate refuses: it answers only a retry of this nonce's
-    /// admission (check 1), and -4 for anything else.
-    pub fn retry_only_call(
-        &self,
-        keys: &EventKeys,
-        code: &CodeHash,
-        nonce: &Nonce,
-        level: &str,
-        admission: &str,
-    ) -> Cmd {
-        self.admit_batch_call(keys, [AdmitArgs { code, nonce, level, admission, retry_only: true }])
-    }
-
     /// One admit call for many attempts on one event, decided in order (a committer round); its
     /// reply splits with [`admit_replies`].
     pub fn admit_batch_call<'a>(&self, keys: &EventKeys, attempts: impl IntoIterator<Item = AdmitArgs<'a>>) -> Cmd {
@@ -239,8 +226,7 @@ pub enum ReplyError {
 }
 
 impl AdmitReply {
-    /// Decodes the reply of a call with one attempt ([`Scripts::admit_call`],
-    /// [`Scripts::retry_only_call`]).
+    /// Decodes the reply of a call with one attempt ([`Scripts::admit_call`]).
     pub fn decode_single(value: Value) -> RedisResult<Self> {
         let mut replies = admit_replies(value, 1);
         decode_attempt(replies.pop().expect("one reply for one attempt"))

@@ -196,19 +196,11 @@ impl Store {
         })
     }
 
-    pub async fn is_allowed(&self, id: &EventId, hash: &CodeHash) -> Result<bool, StoreError> {
+    /// Ids of the open events (the only state anyone asks for).
+    pub async fn open_events(&self) -> Result<Vec<EventId>, StoreError> {
         on_pool!(self, pool => {
-            let row: Option<(i64,)> = sqlx::query_as("SELECT CAST(1 AS BIGINT) FROM allowlist WHERE event_id = $1 AND code_hash = $2")
-                .bind(id.as_str()).bind(hash.as_str()).fetch_optional(pool).await?;
-            Ok(row.is_some())
-        })
-    }
-
-    /// Ids of events in a given state.
-    pub async fn events_in_state(&self, state: &str) -> Result<Vec<EventId>, StoreError> {
-        on_pool!(self, pool => {
-            let rows: Vec<(String,)> = sqlx::query_as("SELECT id FROM events WHERE state = $1 ORDER BY id")
-                .bind(state).fetch_all(pool).await?;
+            let rows: Vec<(String,)> = sqlx::query_as("SELECT id FROM events WHERE state = 'open' ORDER BY id")
+                .fetch_all(pool).await?;
             Ok(rows.into_iter().filter_map(|(id,)| EventId::parse(&id).ok()).collect())
         })
     }
