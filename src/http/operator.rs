@@ -62,7 +62,7 @@ pub struct BookingState {
 
 fn booking_json(row: &BookingRow) -> Json<BookingState> {
     Json(BookingState {
-        status: row.state.clone(),
+        status: row.state.to_string(),
         slot: row.slot,
         level: row.level.clone(),
         hold_until: rfc3339_ms(row.hold_until_ms),
@@ -129,7 +129,7 @@ pub async fn cancel(
     let result = app.sale.cancel(&event, &code).await;
     audit(&app, &event, "cancel", &code, &client, outcome(&result)).await;
     let mut row = result?;
-    row.state = "released".into();
+    row.state = crate::store::BookingState::Released;
     Ok(booking_json(&row))
 }
 

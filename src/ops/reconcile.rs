@@ -117,7 +117,7 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
     let mut counts: BTreeMap<String, LevelCounts> = BTreeMap::new();
     for r in &holders {
         let entry = counts.entry(r.level.clone()).or_default();
-        if r.state == "paid" {
+        if r.state == crate::store::BookingState::Paid {
             entry.paid += 1
         } else {
             entry.held += 1

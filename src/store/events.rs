@@ -1,5 +1,6 @@
 //! Events, their levels and their allowlists in the database.
 
+use super::columns::HOLDS_SEAT;
 use super::{on_pool, Store, StoreError};
 use crate::domain::code::CodeHash;
 use crate::domain::event::{EventId, EventSpec, LevelName};
@@ -35,7 +36,7 @@ impl Store {
                 return Err(StoreError::EventOpen(id.to_owned()));
             }
             let (beyond,): (i64,) = sqlx::query_as(
-                "SELECT COUNT(*) FROM bookings WHERE event_id = $1 AND state IN ('held', 'paid') AND slot > $2",
+                &format!("SELECT COUNT(*) FROM bookings WHERE event_id = $1 AND {HOLDS_SEAT} AND slot > $2"),
             ).bind(id).bind(spec.total_seats).fetch_one(&mut *tx).await?;
             if beyond > 0 {
                 return Err(StoreError::Refused(format!(

@@ -18,10 +18,12 @@
 //! batch. The hold runs from the write, by the database's clock.
 
 use super::bookings::{unclaimed, BookingRow};
+use super::columns::BookingState;
 use super::{HoldOutcome, Store, StoreError};
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
+use crate::domain::nonce::Nonce;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgExecutor, PgPool, Postgres};
 
@@ -60,10 +62,10 @@ impl Written {
 
 /// SQLite's `hold`, statement by statement, as the batch writer (`sqlite_batch.rs`) runs them.
 pub(super) mod sqlite_sql {
+    /// The row that stopped the upsert.
+    pub(in crate::store) use crate::store::bookings::BOOKING_BY_CODE;
     /// Claims the row, bound with state `held`: the arbiter's upsert, shared with the reaper.
     pub(in crate::store) use crate::store::bookings::UPSERT;
-    /// The row that stopped the upsert.
-    pub const SELECT_ROW: &str = "SELECT code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms FROM bookings WHERE event_id = $1 AND code_hash = $2";
     /// Counts one more held seat against the level / the event, unless that would pass its cap.
     pub const COUNT_LEVEL: &str =
         "UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap";
@@ -83,7 +85,7 @@ pub(super) mod sqlite_sql {
 /// it after the function's rows are all in), before the commit.
 const POSTGRES_HOLD: &str =
     "SELECT outcome, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms,
-            (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+            (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS clock_ms
      FROM seatrush_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
 /// The levels and events of a batch, sorted, each once: the order counter rows are locked in.
@@ -160,19 +162,21 @@ fn repeats(items: &[HoldItem]) -> bool {
     codes.len() < items.len() || seats.len() < items.len()
 }
 
-/// A row of `POSTGRES_HOLD`: the function's row, then the clock.
-type PostgresHoldRow = (
-    String,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<i64>,
-    Option<String>,
-    Option<String>,
-    Option<i64>,
-    Option<i64>,
-    i64,
-);
+/// A row of `POSTGRES_HOLD`: the function's outcome, the row that decided it (none: NULLs; for
+/// an 'error' outcome `state` holds the message, so it is read as text), then the clock.
+#[derive(sqlx::FromRow)]
+struct PostgresHoldRow {
+    outcome: String,
+    code_hash: Option<CodeHash>,
+    nonce: Option<Nonce>,
+    admission_id: Option<String>,
+    slot: Option<i64>,
+    level: Option<String>,
+    state: Option<String>,
+    admitted_ms: Option<i64>,
+    hold_until_ms: Option<i64>,
+    clock_ms: i64,
+}
 
 /// A PostgreSQL batch writer on a connection of its own, kept from one batch to the next.
 ///
@@ -241,37 +245,43 @@ async fn hold_postgres<'c>(executor: impl PgExecutor<'c>, items: &[HoldItem]) ->
         .await?;
     // The function answers each booking once, in order; anything else is a bug in it.
     assert_eq!(rows.len(), items.len(), "seatrush_hold answers one row per booking");
-    let clock_ms = rows.iter().map(|row| row.9).max().expect("a batch is never empty here");
+    let clock_ms = rows.iter().map(|row| row.clock_ms).max().expect("a batch is never empty here");
     let outcomes = rows.into_iter().zip(items).map(|(row, item)| postgres_outcome(row, &item.admission)).collect();
     Ok(Written { outcomes, clock_ms })
 }
 
 /// One row of `seatrush_hold` as the outcome `hold` gives; an unknown outcome is an error.
 fn postgres_outcome(row: PostgresHoldRow, adm: &Admission) -> Result<HoldOutcome, StoreError> {
-    let (outcome, code, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms, _clock_ms) = row;
-    let found = || -> Option<BookingRow> {
-        Some(BookingRow {
-            code: CodeHash::from_hex(code.as_deref()?)?,
-            nonce: nonce.clone()?,
-            admission_id: admission_id.clone()?,
-            slot: slot?,
-            level: level.clone()?,
-            state: state.clone()?,
-            admitted_ms: admitted_ms?,
-            hold_until_ms: hold_until_ms?,
-        })
+    let found = || -> Result<Option<BookingRow>, StoreError> {
+        let Some(code) = row.code_hash.clone() else { return Ok(None) };
+        let state = row.state.as_deref().map(|s| {
+            BookingState::parse(s).ok_or_else(|| StoreError::Batch(format!("seatrush_hold: unknown state {s:?}")))
+        });
+        let missing = || StoreError::Batch("seatrush_hold: a row with NULL columns".into());
+        Ok(Some(BookingRow {
+            code,
+            nonce: row.nonce.clone().ok_or_else(missing)?,
+            admission_id: row.admission_id.clone().ok_or_else(missing)?,
+            slot: row.slot.ok_or_else(missing)?,
+            level: row.level.clone().ok_or_else(missing)?,
+            state: state.ok_or_else(missing)??,
+            admitted_ms: row.admitted_ms.ok_or_else(missing)?,
+            hold_until_ms: row.hold_until_ms.ok_or_else(missing)?,
+        }))
     };
-    match outcome.as_str() {
+    match row.outcome.as_str() {
         "held" => {
             let row =
-                found().ok_or_else(|| StoreError::Batch("seatrush_hold: a held booking without its row".into()))?;
+                found()?.ok_or_else(|| StoreError::Batch("seatrush_hold: a held booking without its row".into()))?;
             Ok(HoldOutcome::Held(row.seat()))
         }
-        "unclaimed" => Ok(unclaimed(found(), adm)),
+        "unclaimed" => Ok(unclaimed(found()?, adm)),
         "seat_taken" => Ok(HoldOutcome::SeatTaken),
         "level_full" => Ok(HoldOutcome::LevelFull),
         "sold_out" => Ok(HoldOutcome::SoldOut),
-        "error" => Err(StoreError::Batch(format!("the database refused this booking: {}", state.unwrap_or_default()))),
+        "error" => {
+            Err(StoreError::Batch(format!("the database refused this booking: {}", row.state.unwrap_or_default())))
+        }
         other => Err(StoreError::Batch(format!("seatrush_hold: unknown outcome {other:?}"))),
     }
 }

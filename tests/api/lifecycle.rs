@@ -73,7 +73,7 @@ async fn hold_expiry(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(app.sale.expire_holds_once().await.unwrap(), 1, "only the unpaid hold expires");
     let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
-    assert_eq!(row.state, "released");
+    assert_eq!(row.state, seatrush::store::BookingState::Released);
     let late = app.operator("CODE-00001", "payment", Some(OPERATOR_TOKEN)).await;
     assert_eq!(late.status_str(), "released");
     app.assert_invariants().await;
@@ -107,7 +107,10 @@ async fn phantom(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(5)).await;
     let report = app.sale.reap_all_once().await.unwrap();
     assert_eq!(report.released, 1);
-    assert_eq!(app.store.booking(&app.event, &ghost.code).await.unwrap().unwrap().state, "released");
+    assert_eq!(
+        app.store.booking(&app.event, &ghost.code).await.unwrap().unwrap().state,
+        seatrush::store::BookingState::Released
+    );
     app.assert_invariants().await;
     let second = app.sale.reap_all_once().await.unwrap();
     assert_eq!(second.released, 0, "a second pass finds nothing");
@@ -173,7 +176,7 @@ async fn arbiter(backend: Backend) {
             other => panic!("{code}: {other:?}"),
         }
         let row = app.store.booking(&app.event, &adm.code).await.unwrap().unwrap();
-        assert_eq!(row.state == "held", held.kind() == "held");
+        assert_eq!(row.state == seatrush::store::BookingState::Held, held.kind() == "held");
     }
     tokio::time::sleep(Duration::from_millis(5)).await;
     app.sale.reap_all_once().await.unwrap();

@@ -443,7 +443,31 @@ async fn the_sqlite_writer_reads_the_rows_the_pool_reads() {
         held += by_writer.as_ref().is_some_and(|r| r.holds_seat()) as usize;
     }
     assert_eq!(held, 3, "CODE-1, CODE-3 and CODE-4 hold seats");
-    assert_eq!(writer.booking(&event, &hash("CODE-7")).await.unwrap().map(|r| r.state), Some("released".to_owned()));
+    assert_eq!(
+        writer.booking(&event, &hash("CODE-7")).await.unwrap().map(|r| r.state),
+        Some(seatrush::store::BookingState::Released)
+    );
     assert_eq!(writer.booking(&event, &hash("CODE-8")).await.unwrap(), None);
+    drop(db);
+}
+
+/// A row the store cannot decode fails the read that meets it: skipped, as it once was, a holder
+/// would vanish from the lists reconcile and the seat pool are built from.
+#[tokio::test]
+async fn a_row_that_does_not_decode_is_an_error_not_skipped() {
+    let (db, store) = fresh_store(Backend::Sqlite).await;
+    let Store::Sqlite(pool) = &store else { unreachable!("a SQLite store") };
+    let event = EventId::parse(crate::helpers::EVENT).unwrap();
+    assert_eq!(store.seat_holders(&event).await.unwrap().len(), 0);
+    sqlx::query(
+        "INSERT INTO bookings (event_id, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms, updated_ms)
+         VALUES ($1, 'not-a-hash', 'nonce-0001', 'x1', 2, 'B1', 'held', 1, 2, 3)",
+    )
+    .bind(event.as_str())
+    .execute(pool)
+    .await
+    .unwrap();
+    let err = store.seat_holders(&event).await.unwrap_err().to_string();
+    assert!(err.contains("CodeHash"), "{err}");
     drop(db);
 }

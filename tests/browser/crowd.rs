@@ -112,7 +112,7 @@ async fn a_reload_then_a_second_press_gets_the_same_seat() {
     let nonces: Vec<&str> = sent.as_array().unwrap().iter().map(|b| b["nonce"].as_str().unwrap()).collect();
     assert_eq!(nonces.len(), 2, "{sent}");
     assert_eq!(nonces[0], nonces[1], "the reloaded page retried the same attempt");
-    assert_eq!(row.nonce, nonces[0]);
+    assert_eq!(row.nonce.as_str(), nonces[0]);
     assert_eq!(app.sale.stats.snapshot()["already_admitted"], 0, "the retry was answered as the original 201");
     app.assert_invariants().await;
 }
