@@ -39,6 +39,11 @@ pub(super) const ROW_COLUMNS: &str = row_columns!();
 pub(super) const BOOKING_BY_CODE: &str =
     concat!("SELECT ", row_columns!(), " FROM bookings WHERE event_id = $1 AND code_hash = $2");
 
+/// `release_syncs` as released booking rows with their event, each hold ending at its release.
+const UNSYNCED_COLUMNS: &str =
+    "event_id, code_hash, nonce, admission_id, slot, level, 'released' AS state, admitted_ms,
+     released_ms AS hold_until_ms";
+
 /// A booking row with its event, for the lists that span events.
 #[derive(sqlx::FromRow)]
 struct EventBookingRow {
@@ -175,8 +180,8 @@ pub(super) const UPSERT: &str = "INSERT INTO bookings (event_id, code_hash, nonc
      WHERE bookings.state = 'released' AND bookings.admission_id <> excluded.admission_id";
 
 impl Store {
-    /// The one clock for holds (DESIGN "One clock for holds"): PostgreSQL's own clock, shared by
-    /// every `serve`; for SQLite the host's clock, which is the database's clock (SQLite runs in
+    /// The one clock for holds (docs/design.md#one-clock-for-holds): PostgreSQL's own clock, shared
+    /// by every `serve`; for SQLite the host's clock, which is the database's clock (SQLite runs in
     /// the process) and is shared by every `serve` that can open the file.
     pub async fn clock_ms(&self) -> Result<i64, StoreError> {
         match self {
@@ -304,12 +309,37 @@ impl Store {
     /// Releases the database has made that no replica has acknowledged yet, oldest first. They
     /// live in `release_syncs`, not on the booking row: a new booking may overwrite the row first.
     pub async fn unsynced_releases(&self, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
-        // As a released booking row whose hold ended at the release.
-        let sql = "SELECT event_id, code_hash, nonce, admission_id, slot, level, 'released' AS state, admitted_ms,
-                          released_ms AS hold_until_ms
-                   FROM release_syncs ORDER BY released_ms LIMIT $1";
+        let sql = format!("SELECT {UNSYNCED_COLUMNS} FROM release_syncs ORDER BY released_ms LIMIT $1");
         on_pool!(self, pool => {
-            let rows: Vec<EventBookingRow> = sqlx::query_as(sql).bind(limit).fetch_all(pool).await?;
+            let rows: Vec<EventBookingRow> = sqlx::query_as(&sql).bind(limit).fetch_all(pool).await?;
+            Ok(rows.into_iter().map(|r| (r.event_id, r.row)).collect())
+        })
+    }
+
+    /// The events that have releases no replica has acknowledged yet.
+    pub async fn events_with_unsynced_releases(&self) -> Result<Vec<EventId>, StoreError> {
+        let ids: Vec<(String,)> = on_pool!(self, pool => {
+            sqlx::query_as("SELECT DISTINCT event_id FROM release_syncs ORDER BY event_id").fetch_all(pool).await?
+        });
+        ids.into_iter()
+            .map(|(id,)| {
+                EventId::parse(&id).map_err(|e| StoreError::Corrupt(format!("release_syncs event id {id:?}: {e}")))
+            })
+            .collect()
+    }
+
+    /// One event's oldest unacknowledged releases. The sync pass asks event by event, so one
+    /// event whose releases cannot run (not loaded: a past sale whose Redis was wiped) never
+    /// crowds out another's (issue 29 item 2).
+    pub async fn unsynced_releases_of(
+        &self,
+        event: &EventId,
+        limit: i64,
+    ) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
+        let sql =
+            format!("SELECT {UNSYNCED_COLUMNS} FROM release_syncs WHERE event_id = $1 ORDER BY released_ms LIMIT $2");
+        on_pool!(self, pool => {
+            let rows: Vec<EventBookingRow> = sqlx::query_as(&sql).bind(event.as_str()).bind(limit).fetch_all(pool).await?;
             Ok(rows.into_iter().map(|r| (r.event_id, r.row)).collect())
         })
     }
