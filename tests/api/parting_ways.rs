@@ -15,7 +15,7 @@ async fn a_dead_events_releases_never_starve_a_live_one(backend: Backend) {
         for i in 0..stuck {
             sqlx::query(
                 "INSERT INTO release_syncs (event_id, code_hash, admission_id, nonce, slot, level, admitted_ms, released_ms)
-                 VALUES ('old-sale', $1, $2, 'n', 1, 'A1', 1, $3)",
+                 VALUES ('old-sale', $1, $2, 'nonce-stuck', 1, 'A1', 1, $3)",
             )
             .bind(format!("{i:064x}"))
             .bind(format!("a{i}"))
