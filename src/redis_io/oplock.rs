@@ -8,6 +8,7 @@
 
 use crate::domain::event::EventId;
 use crate::redis_io::keys::EventKeys;
+use crate::redis_io::scripts::{self, Script};
 use redis::aio::MultiplexedConnection;
 use std::time::Duration;
 
@@ -16,8 +17,12 @@ pub const LOCK_TTL: Duration = Duration::from_secs(30);
 /// Renewals per [`LOCK_TTL`], so one or two lost renewals do not lose the lock.
 const RENEWALS_PER_TTL: u32 = 3;
 
-fn renew_script() -> redis::Script {
-    redis::Script::new(include_str!("../../lua/lock_renew.lua"))
+static RENEW: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/lock_renew.lua")));
+
+/// Renews the lock for `ttl_ms` (0 frees it) if `owner` still holds it: 1 if it did.
+async fn renew_once(conn: &mut MultiplexedConnection, key: &str, owner: &str, ttl_ms: u64) -> redis::RedisResult<i64> {
+    scripts::run_as(conn, &RENEW, &RENEW.call(&[key], &[owner, &ttl_ms.to_string()])).await
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,7 +83,7 @@ impl OperatorLock {
     /// Frees the lock if it is still ours.
     pub async fn release(mut self) -> redis::RedisResult<()> {
         self.renewer.abort();
-        renew_script().key(&self.key).arg(&self.owner).arg(0).invoke_async::<i64>(&mut self.conn).await?;
+        renew_once(&mut self.conn, &self.key, &self.owner, 0).await?;
         Ok(())
     }
 }
@@ -94,8 +99,7 @@ async fn renew(mut conn: MultiplexedConnection, key: String, owner: String) {
     tick.tick().await;
     loop {
         tick.tick().await;
-        let renewed =
-            renew_script().key(&key).arg(&owner).arg(LOCK_TTL.as_millis() as u64).invoke_async::<i64>(&mut conn).await;
+        let renewed = renew_once(&mut conn, &key, &owner, LOCK_TTL.as_millis() as u64).await;
         match renewed {
             Ok(1) => {}
             Ok(_) => {

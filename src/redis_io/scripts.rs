@@ -15,7 +15,7 @@ pub struct Script {
 }
 
 impl Script {
-    fn new(source: &'static str) -> Self {
+    pub(crate) fn new(source: &'static str) -> Self {
         Self { source, sha: redis::Script::new(source).get_hash().to_owned() }
     }
 
@@ -33,6 +33,16 @@ impl Script {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(self.source);
         cmd
+    }
+
+    /// Loads the script into the server's cache: the one answer to a `NOSCRIPT` (restart,
+    /// failover, `SCRIPT FLUSH`), after which the caller runs again the calls that missed.
+    pub async fn load<C: redis::aio::ConnectionLike>(&self, conn: &mut C) -> RedisResult<()> {
+        let sha: String = self.load_cmd().query_async(conn).await?;
+        if sha != self.sha {
+            return Err(RedisError::from((ErrorKind::Parse, "SCRIPT LOAD answered another SHA-1", sha)));
+        }
+        Ok(())
     }
 }
 
@@ -188,18 +198,38 @@ pub fn is_noscript(err: &RedisError) -> bool {
 
 /// Runs one script call on `conn`, loading the script once on `NOSCRIPT`.
 pub async fn run<C: redis::aio::ConnectionLike>(conn: &mut C, script: &Script, cmd: &Cmd) -> RedisResult<Value> {
-    match cmd.query_async::<Value>(conn).await {
+    run_as(conn, script, cmd).await
+}
+
+/// [`run`], its reply converted to `T`.
+pub async fn run_as<T: redis::FromRedisValue, C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    script: &Script,
+    cmd: &Cmd,
+) -> RedisResult<T> {
+    match cmd.query_async::<T>(conn).await {
         Err(err) if is_noscript(&err) => {
-            script.load_cmd().query_async::<String>(conn).await?;
+            script.load(conn).await?;
             cmd.query_async(conn).await
         }
         other => other,
     }
 }
 
+/// A record of the `adm` hash, "nonce admission-id slot level admitted-ms": how `open` and
+/// `reconcile` write one from a database row (admit.lua writes the same fields in Lua).
+pub fn admission_record(nonce: &Nonce, admission_id: &str, slot: i64, level: &str, admitted_ms: i64) -> String {
+    format!("{nonce} {admission_id} {slot} {level} {admitted_ms}")
+}
+
 /// The Redis layer owns the record format; the type belongs to the sale.
 impl Admission {
-    /// Parses a record of the `adm` hash: "nonce admission-id slot level admitted-ms".
+    /// This admission's record in the `adm` hash.
+    pub fn to_record(&self) -> String {
+        admission_record(&self.nonce, &self.id, self.slot, &self.level, self.admitted_ms)
+    }
+
+    /// Parses a record of the `adm` hash ([`admission_record`]).
     pub fn from_record(code: CodeHash, record: &str) -> Option<Self> {
         let mut parts = record.split(' ');
         let nonce = Nonce::parse(parts.next()?)?;
@@ -344,6 +374,8 @@ mod tests {
         let a = Admission::from_record(code.clone(), "nonce-123 adm1 12 B1 1800000000000").unwrap();
         assert_eq!((a.slot, a.level.as_str(), a.admitted_ms), (12, "B1", 1_800_000_000_000));
         assert!(Admission::from_record(code.clone(), "nonce-123 adm1 12 B1").is_none());
-        assert!(Admission::from_record(code, "nonce-123 adm1 x B1 1").is_none());
+        assert!(Admission::from_record(code.clone(), "nonce-123 adm1 x B1 1").is_none());
+        assert_eq!(a.to_record(), "nonce-123 adm1 12 B1 1800000000000", "written as it is read");
+        assert_eq!(Admission::from_record(code, &a.to_record()), Some(a));
     }
 }

@@ -330,8 +330,8 @@ impl Worker {
             let acked = waited.map(|reply| self.acked(reply));
             return Ok((replies, acked));
         }
-        let load = self.scripts.admit.load_cmd();
-        load.query_async::<String>(self.connection().await?).await?;
+        let scripts = self.scripts.clone();
+        scripts.admit.load(self.connection().await?).await?;
         let again: Vec<&AdmitCall> = missed.iter().map(|&i| calls[i]).collect();
         for (i, value) in missed.into_iter().zip(self.pipeline(&again, false).await?.0) {
             replies[i] = decode_attempt(value);

@@ -112,7 +112,7 @@ impl PersistedMarks {
         if noscript {
             // The script cache was emptied (restart, failover): load it and run the batch again;
             // the script is idempotent.
-            self.scripts.persisted.load_cmd().query_async::<String>(&mut conn).await?;
+            self.scripts.persisted.load(&mut conn).await?;
             let _: Vec<Value> = pipe.query_async(&mut conn).await?;
         }
         Ok(())
