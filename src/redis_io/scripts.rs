@@ -246,6 +246,14 @@ impl Admission {
 pub enum AdmitReply {
     /// Admitted now, or the original admission of a retry with the same nonce.
     Admitted { slot: i64, admitted_ms: i64, admission: String, level: String },
+    /// It wrote nothing; the committer hands this on as it is, and the admit path turns it into
+    /// the request's refusal.
+    Refused(ScriptRefusal),
+}
+
+/// The admit script's refusals, as its reply says them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScriptRefusal {
     /// -1: this code holds a seat under another nonce.
     AlreadyAdmitted,
     /// -3: the level is at its cap.
@@ -286,13 +294,13 @@ impl AdmitReply {
     /// Decodes one attempt's reply; anything but the documented replies is an error.
     pub fn decode(value: Value) -> Result<Self, ReplyError> {
         match value {
-            Value::Int(-1) => Ok(Self::AlreadyAdmitted),
-            Value::Int(-3) => Ok(Self::LevelFull),
-            Value::Int(-2) => Ok(Self::SoldOut),
-            Value::Int(-4) => Ok(Self::NotARetry),
-            Value::Int(-5) => Ok(Self::Outside(OutsideWindow::NotOpen)),
-            Value::Int(-6) => Ok(Self::Outside(OutsideWindow::Closed)),
-            Value::Int(-7) => Ok(Self::Outside(OutsideWindow::NotLoaded)),
+            Value::Int(-1) => Ok(Self::Refused(ScriptRefusal::AlreadyAdmitted)),
+            Value::Int(-3) => Ok(Self::Refused(ScriptRefusal::LevelFull)),
+            Value::Int(-2) => Ok(Self::Refused(ScriptRefusal::SoldOut)),
+            Value::Int(-4) => Ok(Self::Refused(ScriptRefusal::NotARetry)),
+            Value::Int(-5) => Ok(Self::Refused(ScriptRefusal::Outside(OutsideWindow::NotOpen))),
+            Value::Int(-6) => Ok(Self::Refused(ScriptRefusal::Outside(OutsideWindow::Closed))),
+            Value::Int(-7) => Ok(Self::Refused(ScriptRefusal::Outside(OutsideWindow::NotLoaded))),
             Value::Array(ref items) if items.len() == 4 => {
                 let admitted = (|| {
                     let slot = int(&items[0])?;
@@ -338,10 +346,13 @@ mod tests {
 
     #[test]
     fn admit_replies_decode_into_their_variants() {
-        assert_eq!(AdmitReply::decode(Value::Int(-1)).unwrap(), AdmitReply::AlreadyAdmitted);
-        assert_eq!(AdmitReply::decode(Value::Int(-3)).unwrap(), AdmitReply::LevelFull);
-        assert_eq!(AdmitReply::decode(Value::Int(-2)).unwrap(), AdmitReply::SoldOut);
-        assert_eq!(AdmitReply::decode(Value::Int(-6)).unwrap(), AdmitReply::Outside(OutsideWindow::Closed));
+        assert_eq!(AdmitReply::decode(Value::Int(-1)).unwrap(), AdmitReply::Refused(ScriptRefusal::AlreadyAdmitted));
+        assert_eq!(AdmitReply::decode(Value::Int(-3)).unwrap(), AdmitReply::Refused(ScriptRefusal::LevelFull));
+        assert_eq!(AdmitReply::decode(Value::Int(-2)).unwrap(), AdmitReply::Refused(ScriptRefusal::SoldOut));
+        assert_eq!(
+            AdmitReply::decode(Value::Int(-6)).unwrap(),
+            AdmitReply::Refused(ScriptRefusal::Outside(OutsideWindow::Closed))
+        );
         let admitted = Value::Array(vec![
             Value::Int(7),
             Value::Int(1_800_000_000_000),

@@ -4,7 +4,8 @@
 use crate::helpers::{nonce, spawn_app, AppOptions, Backend, OPERATOR_TOKEN};
 use seatrush::domain::nonce::Nonce;
 use seatrush::redis_io::scripts::OutsideWindow;
-use seatrush::sale::committer::{AdmitCall, Committed, ScriptRefusal};
+use seatrush::redis_io::scripts::ScriptRefusal;
+use seatrush::sale::committer::{AdmitCall, Committed};
 
 /// Item 2: a past sale's releases that can never run (its event is not loaded: its Redis was
 /// wiped) must not crowd a live event's unacknowledged release out of the sync pass.

@@ -6,8 +6,10 @@ use seatrush::domain::event::EventId;
 use seatrush::domain::nonce::Nonce;
 use seatrush::fault_hooks::FaultPlan;
 use seatrush::redis_io::keys::EventKeys;
-use seatrush::redis_io::scripts::{admit_replies, decode_attempt, decode_changed, run, AdmitArgs, AdmitReply, Scripts};
-use seatrush::sale::committer::{AckPolicy, AdmitCall, Committed, Committer, ScriptRefusal};
+use seatrush::redis_io::scripts::{
+    admit_replies, decode_attempt, decode_changed, run, AdmitArgs, AdmitReply, ScriptRefusal, Scripts,
+};
+use seatrush::sale::committer::{AckPolicy, AdmitCall, Committed, Committer};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,13 +52,22 @@ async fn admit_returns_each_documented_reply_in_check_order() {
     assert!(matches!(&first, AdmitReply::Admitted { slot: 1, admission, .. } if admission == "id-1"));
     // same nonce: the original, whatever the new call's level or admission id
     assert_eq!(admit(&app, "CODE-00001", "B1", &n, "id-2").await.unwrap(), first);
-    assert_eq!(admit(&app, "CODE-00001", "A1", &nonce("m"), "id-3").await.unwrap(), AdmitReply::AlreadyAdmitted);
-    assert_eq!(admit(&app, "CODE-00002", "A1", &nonce("m"), "id-4").await.unwrap(), AdmitReply::LevelFull);
+    assert_eq!(
+        admit(&app, "CODE-00001", "A1", &nonce("m"), "id-3").await.unwrap(),
+        AdmitReply::Refused(ScriptRefusal::AlreadyAdmitted)
+    );
+    assert_eq!(
+        admit(&app, "CODE-00002", "A1", &nonce("m"), "id-4").await.unwrap(),
+        AdmitReply::Refused(ScriptRefusal::LevelFull)
+    );
     assert!(matches!(
         admit(&app, "CODE-00002", "B1", &nonce("m"), "id-5").await.unwrap(),
         AdmitReply::Admitted { slot: 2, .. }
     ));
-    assert_eq!(admit(&app, "CODE-00003", "B1", &nonce("m"), "id-6").await.unwrap(), AdmitReply::SoldOut);
+    assert_eq!(
+        admit(&app, "CODE-00003", "B1", &nonce("m"), "id-6").await.unwrap(),
+        AdmitReply::Refused(ScriptRefusal::SoldOut)
+    );
     let err = admit(&app, "CODE-00003", "ZZ", &nonce("m"), "id-7").await.unwrap_err();
     assert!(err.to_string().contains("unknown level"), "{err}");
 }
@@ -203,16 +214,16 @@ async fn one_admit_call_decides_each_attempt_as_a_call_of_its_own_would() {
     let first = replies[0].as_ref().unwrap().clone();
     assert!(matches!(&first, AdmitReply::Admitted { slot: 1, admission, .. } if admission == "id-1"), "{replies:?}");
     assert_eq!(replies[1].as_ref().unwrap(), &first, "the same nonce gets the original, within the call too");
-    assert_eq!(replies[2].as_ref().unwrap(), &AdmitReply::AlreadyAdmitted);
+    assert_eq!(replies[2].as_ref().unwrap(), &AdmitReply::Refused(ScriptRefusal::AlreadyAdmitted));
     let err = replies[3].as_ref().unwrap_err();
     assert!(err.to_string().contains("unknown level"), "the unknown level is its attempt's error alone: {err}");
-    assert_eq!(replies[4].as_ref().unwrap(), &AdmitReply::LevelFull);
+    assert_eq!(replies[4].as_ref().unwrap(), &AdmitReply::Refused(ScriptRefusal::LevelFull));
     assert!(
         matches!(replies[5].as_ref().unwrap(), AdmitReply::Admitted { slot: 2, admission, .. } if admission == "id-6"),
         "{replies:?}"
     );
-    assert_eq!(replies[6].as_ref().unwrap(), &AdmitReply::NotARetry);
-    assert_eq!(replies[7].as_ref().unwrap(), &AdmitReply::SoldOut);
+    assert_eq!(replies[6].as_ref().unwrap(), &AdmitReply::Refused(ScriptRefusal::NotARetry));
+    assert_eq!(replies[7].as_ref().unwrap(), &AdmitReply::Refused(ScriptRefusal::SoldOut));
     let state = app.redis_state();
     assert!(state.free.is_empty() && state.records.len() == 2 && state.pending.len() == 2, "{state:?}");
     assert_eq!((state.taken.get("A1"), state.taken.get("B1")), (Some(&1), Some(&1)));
