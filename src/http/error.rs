@@ -14,11 +14,11 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 /// Seconds a client should wait before retrying a 503.
-pub const RETRY_AFTER_SECONDS: u64 = 1;
+pub(crate) const RETRY_AFTER_SECONDS: u64 = 1;
 
 /// The body of every answer that is not a success.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// What happened, as a stable snake_case string (the same for every answer of its kind).
     #[schema(inline, example = "sold_out")]
     pub status: AnswerStatus,
@@ -102,7 +102,7 @@ impl ApiError {
 }
 
 /// The HTTP status of an answer.
-pub fn http_status(answer: AnswerStatus) -> StatusCode {
+pub(crate) fn http_status(answer: AnswerStatus) -> StatusCode {
     StatusCode::from_u16(answer.http_code()).expect("the answer table holds valid HTTP codes")
 }
 

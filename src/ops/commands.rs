@@ -271,7 +271,7 @@ pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> a
         tracing::warn!("{warning}");
     }
     let sale = Sale::new(Arc::new(link), store, sale_settings(settings), FaultPlan::from_env()?)?;
-    sale.allowlist.warm(&sale.catalog).await?;
+    sale.allowlist().warm(sale.catalog()).await?;
     Ok(AppState::new(App { sale: Arc::new(sale), hasher, operator_token, edge: Edge::new(settings.edge()) }))
 }
 

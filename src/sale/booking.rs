@@ -15,7 +15,7 @@ pub struct BookingRequest {
 }
 
 /// A seat held for the candidate.
-pub use crate::domain::admission::Seat as Booked;
+pub(crate) use crate::domain::admission::Seat as Booked;
 
 /// Every answer but a seat, each with its HTTP meaning in the edge's error type.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]

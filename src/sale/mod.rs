@@ -3,16 +3,16 @@
 //! (`admission.rs`), the life of a booking after it (`lifecycle.rs`) and the reaper
 //! (`reaper.rs`) are its methods.
 
-pub mod admission;
-pub mod allowlist;
+pub(crate) mod admission;
+pub(crate) mod allowlist;
 pub mod answer;
-pub mod booking;
+pub(crate) mod booking;
 pub mod catalog;
 pub mod committer;
-pub mod latency;
+pub(crate) mod latency;
 pub mod lifecycle;
 pub mod persister;
-pub mod reaper;
+pub(crate) mod reaper;
 pub mod settle;
 pub mod stats;
 
@@ -92,24 +92,56 @@ impl SeatReads {
 pub const SEAT_READ_CONNECTIONS: u32 = 2;
 
 pub struct Sale {
-    pub link: Arc<RedisLink>,
-    pub scripts: Arc<Scripts>,
-    pub committer: Committer,
-    pub catalog: Catalog,
-    pub allowlist: AllowCache,
-    pub store: Store,
-    pub persister: Persister,
+    link: Arc<RedisLink>,
+    scripts: Arc<Scripts>,
+    committer: Committer,
+    catalog: Catalog,
+    allowlist: AllowCache,
+    store: Store,
+    persister: Persister,
     /// Where a `409 already_admitted` reads the seat it names.
     seat_reads: SeatReads,
-    pub stats: Arc<Stats>,
-    pub crash: FaultPlan,
-    pub settings: SaleSettings,
+    stats: Arc<Stats>,
+    crash: FaultPlan,
+    settings: SaleSettings,
     /// The connection releases run on, each followed by a `WAIT` that must cover it; kept apart
     /// so a release's `WAIT` never blocks the shared connection.
     release_conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
 }
 
 impl Sale {
+    pub fn link(&self) -> &Arc<RedisLink> {
+        &self.link
+    }
+
+    pub fn scripts(&self) -> &Arc<Scripts> {
+        &self.scripts
+    }
+
+    pub fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    pub fn allowlist(&self) -> &AllowCache {
+        &self.allowlist
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    pub fn settings(&self) -> &SaleSettings {
+        &self.settings
+    }
+
     /// Wires the parts together and starts the committers (inside the current Tokio runtime).
     /// Fails only when SQLite's batch writer cannot open the database file.
     pub fn new(

@@ -67,15 +67,16 @@ pub(super) mod sqlite_sql {
     /// Claims the row, bound with state `held`: the arbiter's upsert, shared with the reaper.
     pub(in crate::store) use crate::store::bookings::UPSERT;
     /// Counts one more held seat against the level / the event, unless that would pass its cap.
-    pub const COUNT_LEVEL: &str =
+    pub(crate) const COUNT_LEVEL: &str =
         "UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap";
-    pub const COUNT_EVENT: &str = "UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats";
+    pub(crate) const COUNT_EVENT: &str = "UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats";
     /// The direct writer's fast path: a whole batch's held seats counted at once (?3 / ?2: how
     /// many), unless that would pass the cap. `?N`, not `$N`: SQLite numbers `$N` parameters in
     /// the order they first appear, so `$3` before `$1` would bind the wrong values.
-    pub const COUNT_LEVEL_BY: &str =
+    pub(crate) const COUNT_LEVEL_BY: &str =
         "UPDATE levels SET taken = taken + ?3 WHERE event_id = ?1 AND name = ?2 AND taken + ?3 <= cap";
-    pub const COUNT_EVENT_BY: &str = "UPDATE events SET taken = taken + ?2 WHERE id = ?1 AND taken + ?2 <= total_seats";
+    pub(crate) const COUNT_EVENT_BY: &str =
+        "UPDATE events SET taken = taken + ?2 WHERE id = ?1 AND taken + ?2 <= total_seats";
 }
 
 /// PostgreSQL's `hold`: every booking of the batch in one call (binds: arrays of events, codes,
@@ -138,7 +139,7 @@ pub(super) struct BatchShape<'a> {
 }
 
 impl<'a> BatchShape<'a> {
-    pub fn of(items: &'a [HoldItem]) -> Self {
+    pub(super) fn of(items: &'a [HoldItem]) -> Self {
         let (levels, events) = lock_order(items);
         let place = |found: Result<usize, usize>| found.expect("lock_order lists every booking's level and event");
         let at_level = items

@@ -22,7 +22,7 @@ async fn acknowledged(app: &TestApp, code: &str, n: &str) -> Admission {
         admission_id: uuid::Uuid::new_v4().simple().to_string(),
         retry_only: false,
     };
-    match app.sale.committer.admit(call).await.unwrap() {
+    match app.sale.committer().admit(call).await.unwrap() {
         Committed::Acked(admission) => admission,
         other => panic!("{other:?}"),
     }
@@ -103,7 +103,7 @@ async fn the_database_answers_a_retry_by_its_nonce(backend: Backend) {
     assert_eq!(other.status_str(), "already_admitted", "another nonce is still refused");
 
     // Redis lost data: reconcile restores it from the database, and nothing is left over.
-    reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    reconcile::reconcile(app.sale.link(), &app.store, &app.event, true).await.unwrap();
     app.assert_invariants().await;
 }
 
@@ -157,7 +157,7 @@ async fn a_retry_is_recognised_before_the_closed_gate_refuses_it() {
     let n = nonce("lost-reply");
     let booked = app.book("CODE-00001", "A1", &n).await;
     assert_eq!(booked.status, 201);
-    loader::close_event(&mut app.sale.link.check().await.unwrap(), &app.store, &app.event).await.unwrap();
+    loader::close_event(&mut app.sale.link().check().await.unwrap(), &app.store, &app.event).await.unwrap();
     let closed = wait_for_refusal(&app, "CODE-00002", "closed").await;
     assert_eq!(closed.status, 403);
 

@@ -86,22 +86,25 @@ async fn the_admit_script_keeps_the_window_whatever_a_serves_view_says() {
     };
     app.redis::<()>(redis::cmd("HSET").arg(&app.keys.meta).arg("state").arg("closed"));
     let before = app.redis_state();
-    assert_eq!(refused(app.sale.committer.admit(admit("CODE-00003", &nonce("after"))).await), OutsideWindow::Closed);
+    assert_eq!(refused(app.sale.committer().admit(admit("CODE-00003", &nonce("after"))).await), OutsideWindow::Closed);
     assert_eq!(app.redis_state(), before, "a refusal writes nothing");
-    match app.sale.committer.admit(admit("CODE-00001", &first)).await {
+    match app.sale.committer().admit(admit("CODE-00001", &first)).await {
         Ok(Committed::Acked(a)) => assert_eq!(a.code, app.hash("CODE-00001")),
         other => panic!("a retry of an earlier admission is still answered: {other:?}"),
     }
     let closes = seatrush::domain::event::now_ms() - 1;
     app.redis::<()>(redis::cmd("HSET").arg(&app.keys.meta).arg("state").arg("open").arg("closes_at_ms").arg(closes));
-    assert_eq!(refused(app.sale.committer.admit(admit("CODE-00004", &nonce("late"))).await), OutsideWindow::Closed);
+    assert_eq!(refused(app.sale.committer().admit(admit("CODE-00004", &nonce("late"))).await), OutsideWindow::Closed);
     let opens = seatrush::domain::event::now_ms() + 3_600_000;
     app.redis::<()>(redis::cmd("HDEL").arg(&app.keys.meta).arg("closes_at_ms"));
     app.redis::<()>(redis::cmd("HSET").arg(&app.keys.meta).arg("opens_at_ms").arg(opens));
-    assert_eq!(refused(app.sale.committer.admit(admit("CODE-00005", &nonce("early"))).await), OutsideWindow::NotOpen);
+    assert_eq!(refused(app.sale.committer().admit(admit("CODE-00005", &nonce("early"))).await), OutsideWindow::NotOpen);
     // Redis lost the event's state: answered 503 retry on the request path, never a final refusal.
     app.redis::<()>(redis::cmd("DEL").arg(&app.keys.meta));
-    assert_eq!(refused(app.sale.committer.admit(admit("CODE-00006", &nonce("lost"))).await), OutsideWindow::NotLoaded);
+    assert_eq!(
+        refused(app.sale.committer().admit(admit("CODE-00006", &nonce("lost"))).await),
+        OutsideWindow::NotLoaded
+    );
 }
 
 /// Item 6: a round with two events where one call admits and the other meets `NOREPLICAS` (a
@@ -130,7 +133,7 @@ async fn a_rounds_wait_runs_on_the_connection_that_admitted() {
     );
     let scripts = Arc::new(Scripts::with_admit_source(Box::leak(source.into_boxed_str())));
     let policy = AckPolicy { replicas: 1, timeout: Duration::from_millis(300) };
-    let committer = Committer::start(app.sale.link.clone(), scripts, policy, 1, FaultPlan::none());
+    let committer = Committer::start(app.sale.link().clone(), scripts, policy, 1, FaultPlan::none());
     let call = |keys: &Arc<EventKeys>, code: &str| AdmitCall {
         keys: keys.clone(),
         code: app.hash(code),

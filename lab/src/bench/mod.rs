@@ -170,7 +170,7 @@ async fn compare_backends(connections: &Connections, args: &args::CompareArgs) -
 /// The database writers' counters: (transactions, bookings, busy µs).
 fn writer_counters(sale: &seatrush::sale::Sale) -> (u64, u64, u64) {
     use std::sync::atomic::Ordering::Relaxed;
-    let s = &sale.stats;
+    let s = sale.stats();
     (s.persist_batches.load(Relaxed), s.persist_batched.load(Relaxed), s.persist_busy_us.load(Relaxed))
 }
 
