@@ -52,6 +52,7 @@ pub struct Scripts {
     pub undo: Script,
     pub release: Script,
     pub persisted: Script,
+    pub heal: Script,
 }
 
 const ADMIT_SOURCE: &str = include_str!("../../lua/admit.lua");
@@ -80,6 +81,7 @@ impl Scripts {
             undo: Script::new(include_str!("../../lua/undo.lua")),
             release: Script::new(include_str!("../../lua/release.lua")),
             persisted: Script::new(include_str!("../../lua/persisted.lua")),
+            heal: Script::new(include_str!("../../lua/heal.lua")),
         }
     }
 
@@ -90,8 +92,8 @@ impl Scripts {
         Self { admit: Script::new(admit), ..Self::new() }
     }
 
-    pub fn all(&self) -> [&Script; 4] {
-        [&self.admit, &self.undo, &self.release, &self.persisted]
+    pub fn all(&self) -> [&Script; 5] {
+        [&self.admit, &self.undo, &self.release, &self.persisted, &self.heal]
     }
 
     /// One admit attempt in its own call.

@@ -165,3 +165,59 @@ async fn a_rounds_wait_runs_on_the_connection_that_admitted() {
         other => panic!("an admission counted as acknowledged by a WAIT that covered none of it: {other:?}"),
     }
 }
+
+/// Item 7: Redis lost a holder's record (W, in the database), then the code was admitted again (X,
+/// pending, in flight). `reconcile --repair` must leave X's record for the arbiter: writing W's
+/// and deleting the code as an orphan left X's pending entry with no record, which no reaper can
+/// settle, and W's later release finding nothing. After X settles, a second repair gives W back
+/// its record, and the invariants hold.
+async fn a_repair_leaves_an_admission_in_flight_to_the_arbiter(backend: Backend) {
+    let app = spawn_app(AppOptions { backend, ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("w")).await.status, 201);
+    let hash = app.hash("CODE-00001");
+    let w = app.store.booking(&app.event, &hash).await.unwrap().unwrap();
+    // What a promoted replica without W's admission holds.
+    app.redis::<()>(redis::cmd("HDEL").arg(&app.keys.adm).arg(hash.as_str()));
+    app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg("A1").arg(-1));
+    app.redis::<()>(redis::cmd("ZADD").arg(&app.keys.free).arg(w.slot).arg(w.slot));
+    let x = match app
+        .sale
+        .committer()
+        .admit(AdmitCall {
+            keys: std::sync::Arc::new(app.keys.clone()),
+            code: hash.clone(),
+            nonce: Nonce::parse(&nonce("x")).unwrap(),
+            level: "A1".into(),
+            admission_id: uuid::Uuid::new_v4().simple().to_string(),
+            retry_only: false,
+        })
+        .await
+    {
+        Ok(Committed::Acked(x)) => x,
+        other => panic!("{other:?}"),
+    };
+    seatrush::ops::reconcile::reconcile(&app.sale.link(), &app.store, &app.event, true).await.unwrap();
+    let record: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(hash.as_str()));
+    let record = record.expect("the code keeps a record while its admission is in flight");
+    assert!(record.contains(&x.id), "the in-flight admission's record stays: {record}");
+    // The arbiter settles X (the database holds W for the code): X is undone.
+    app.sale.settle(&app.event, &app.keys, &x, false).await.unwrap();
+    seatrush::ops::reconcile::reconcile(&app.sale.link(), &app.store, &app.event, true).await.unwrap();
+    let record: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(hash.as_str()));
+    assert!(record.is_some_and(|r| r.contains(&w.admission_id)), "W's record is back");
+    app.assert_invariants().await;
+    assert!(seatrush::ops::reconcile::reconcile(&app.sale.link(), &app.store, &app.event, false)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn a_repair_leaves_an_admission_in_flight_to_the_arbiter_sqlite() {
+    a_repair_leaves_an_admission_in_flight_to_the_arbiter(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_repair_leaves_an_admission_in_flight_to_the_arbiter_postgres() {
+    a_repair_leaves_an_admission_in_flight_to_the_arbiter(Backend::Postgres).await;
+}
