@@ -22,14 +22,10 @@ run() { # name, args...
 
 run closed-default --duration-s "$SECONDS_PER_RUN"
 run closed-no-ceiling --duration-s "$SECONDS_PER_RUN" --no-ceiling
-run lever-persist-batch-off --duration-s "$SECONDS_PER_RUN" --no-ceiling --persist-batch-max 0
-run lever-persist-through-sqlx --duration-s "$SECONDS_PER_RUN" --no-ceiling --persist-direct-sqlite false
-run lever-allowlist-in-redis --duration-s "$SECONDS_PER_RUN" --no-ceiling --allowlist-in-memory false
 run lever-wait-per-admit --duration-s "$SECONDS_PER_RUN" --no-ceiling --commit-batch-max 1
 run lever-commit-connections-1 --duration-s "$SECONDS_PER_RUN" --no-ceiling --commit-connections 1
 run no-replica --duration-s "$SECONDS_PER_RUN" --no-ceiling --no-replica
 run postgres --duration-s "$SECONDS_PER_RUN" --no-ceiling --backend postgres
-run postgres-persist-batch-off --duration-s "$SECONDS_PER_RUN" --no-ceiling --backend postgres --persist-batch-max 0
 run open-833 --rate 833 --connections 32 --duration-s 20 --no-ceiling
 run open-8330 --rate 8330 --connections 256 --duration-s 20 --no-ceiling
 # Availability under a crowd: 833 bookings/s alone, then with 20,000 availability polls/s beside

@@ -36,6 +36,9 @@
 //! with a binary of its own. It depends on this crate; this crate never names it (it is only a
 //! dev-dependency, for the integration tests), so the `seatrush` binary links none of it.
 
+// `pub` only where another crate (the `seatrush` binary, the lab, the integration tests) needs it:
+#![warn(unreachable_pub)]
+
 pub mod cli;
 pub mod demo;
 pub mod domain;

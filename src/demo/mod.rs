@@ -7,7 +7,7 @@
 //! README's first command); the lab and the tests use them too.
 
 pub mod redis_server;
-pub mod temp_dir;
+pub(crate) mod temp_dir;
 
 use crate::domain::code::{CodeHasher, NormalisedCode};
 use crate::domain::event::{EventId, EventSpec, LevelName};

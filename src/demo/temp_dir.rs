@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 /// A fresh directory `<prefix><random>` under the system's temp dir (mode 0700), removed with
 /// everything in it when dropped.
 #[derive(Debug)]
-pub struct TempDir {
+pub(crate) struct TempDir {
     path: PathBuf,
 }
 
 impl TempDir {
-    pub fn new(prefix: &str) -> std::io::Result<Self> {
+    pub(crate) fn new(prefix: &str) -> std::io::Result<Self> {
         let base = std::env::temp_dir();
         loop {
             let path = base.join(format!("{prefix}{:016x}", rand::random::<u64>()));
@@ -25,7 +25,7 @@ impl TempDir {
         }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }

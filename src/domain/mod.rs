@@ -6,4 +6,4 @@ pub mod admission;
 pub mod code;
 pub mod event;
 pub mod nonce;
-pub mod url;
+pub(crate) mod url;

@@ -4,7 +4,7 @@
 
 /// `url` with its passwords masked; the rest (scheme, user, hosts, path, other parameters) kept,
 /// so the operator still sees which server was meant.
-pub fn redacted(url: &str) -> String {
+pub(crate) fn redacted(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (Some(scheme), rest),
         None => (None, url),

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use utoipa::ToSchema;
 
 /// How old a snapshot may be when it answers (docs/design.md#availability-and-health: at most 1 s).
-pub const SNAPSHOT_AGE_MAX: Duration = Duration::from_secs(1);
+pub(crate) const SNAPSHOT_AGE_MAX: Duration = Duration::from_secs(1);
 /// What `Cache-Control` lets a browser or a CDN reuse an answer for; equal to the snapshot age.
 const CACHE_CONTROL: &str = "public, max-age=1";
 /// Events with a snapshot at most; the catalog only knows opened events, this bounds it anyway.
@@ -37,7 +37,7 @@ const EVENTS_MAX: usize = 1024;
 /// `GET /api/events/{event}`: seats neither held nor paid, overall and per level, the sale window
 /// and the server's clock.
 #[derive(Serialize, ToSchema)]
-pub struct Availability {
+pub(crate) struct Availability {
     #[schema(example = "demo", pattern = "^[a-z0-9-]{1,64}$")]
     pub id: String,
     /// `open`, `closed` or `not_open`, by the server's clock at `now`.
@@ -64,7 +64,7 @@ pub struct Availability {
 }
 
 #[derive(Clone, Serialize, ToSchema)]
-pub struct LevelAvailability {
+pub(crate) struct LevelAvailability {
     #[schema(example = 30)]
     pub cap: i64,
     /// What the level can still admit: its cap less its admissions, at most the event's free seats.
@@ -90,7 +90,7 @@ pub struct LevelAvailability {
         (status = 503, description = "retry: Redis unavailable", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn availability(
+pub(crate) async fn availability(
     State(app): State<AppState>,
     Path(event): Path<String>,
     headers: HeaderMap,
@@ -103,7 +103,7 @@ pub async fn availability(
     let etag = snapshot.etag(state);
     let matches =
         headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|sent| etag_matches(sent, &etag));
-    let stats = &app.sale.stats;
+    let stats = app.sale.stats();
     let mut response = if matches {
         Stats::bump(&stats.availability_not_modified);
         StatusCode::NOT_MODIFIED.into_response()
@@ -136,7 +136,7 @@ fn etag_matches(sent: &str, etag: &str) -> bool {
 }
 
 /// RFC 3339 in UTC with milliseconds.
-pub fn rfc3339_millis(ms: i64) -> String {
+pub(crate) fn rfc3339_millis(ms: i64) -> String {
     use time::format_description::well_known::Rfc3339;
     let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
@@ -144,7 +144,7 @@ pub fn rfc3339_millis(ms: i64) -> String {
 }
 
 /// Shared with the operator dashboard, so both pages count "remaining" the same way.
-pub fn level_availability(
+pub(crate) fn level_availability(
     view: &EventView,
     free: i64,
     taken: &HashMap<String, i64>,
@@ -159,11 +159,11 @@ pub fn level_availability(
 }
 
 /// Free seats and per-level admissions, in one round trip.
-pub async fn counts(app: &AppState, view: &EventView) -> redis::RedisResult<(i64, HashMap<String, i64>)> {
-    let mut conn = app.sale.link.shared().await?;
+pub(crate) async fn counts(app: &AppState, view: &EventView) -> redis::RedisResult<(i64, HashMap<String, i64>)> {
+    let mut conn = app.sale.link().shared().await?;
     let result = redis::pipe().zcard(&view.keys.free).hgetall(&view.keys.taken).query_async(&mut conn).await;
     if let Err(e) = &result {
-        app.sale.link.report(e).await;
+        app.sale.link().report(e).await;
     }
     result
 }
@@ -233,7 +233,7 @@ impl AvailabilityCache {
             return Ok(snapshot);
         }
         let (free, taken) = counts(app, view).await.map_err(|_| ApiError::Retry("redis unavailable"))?;
-        Stats::bump(&app.sale.stats.availability_refreshes);
+        Stats::bump(&app.sale.stats().availability_refreshes);
         let snapshot = Arc::new(Snapshot::new(view, free, &taken));
         *slot.latest.lock().expect("snapshot lock never poisoned") = Some(snapshot.clone());
         Ok(snapshot)

@@ -24,7 +24,7 @@ use utoipa::ToSchema;
 
 /// Longest booking body accepted; a real one is under 300 bytes. Set as the route's
 /// `DefaultBodyLimit`, so a longer body is refused before it is read, not buffered first.
-pub const BOOKING_BODY_BYTES_MAX: usize = 4096;
+pub(crate) const BOOKING_BODY_BYTES_MAX: usize = 4096;
 /// Longest raw string accepted in a field before normalisation.
 const FIELD_CHARS_MAX: usize = 256;
 
@@ -32,7 +32,7 @@ const FIELD_CHARS_MAX: usize = 256;
 /// because the honeypot must be answered before any of them is checked.
 #[derive(ToSchema, Deserialize)]
 #[allow(dead_code)]
-pub struct BookingBody {
+pub(crate) struct BookingBody {
     /// Registration code as typed: surrounding whitespace is trimmed and letters uppercased, then
     /// it must be 4-64 of `A-Z 0-9 -` (the pattern allows what normalises to that).
     #[schema(example = "DEMO-0001", pattern = "^\\s*[A-Za-z0-9-]{4,64}\\s*$", min_length = 4, max_length = 256)]
@@ -58,7 +58,7 @@ pub struct BookingBody {
 /// checked, so the bot learns nothing); nothing is admitted, written or logged.
 #[derive(ToSchema, Deserialize)]
 #[allow(dead_code)]
-pub struct HoneypotBody {
+pub(crate) struct HoneypotBody {
     #[schema(example = "https://spam.example", min_length = 1)]
     website: String,
 }
@@ -68,14 +68,14 @@ pub struct HoneypotBody {
 #[derive(ToSchema, Deserialize)]
 #[serde(untagged)]
 #[allow(dead_code)]
-pub enum BookingRequestBody {
+pub(crate) enum BookingRequestBody {
     Person(BookingBody),
     Bot(HoneypotBody),
 }
 
 /// `201`: the seat is held until `hold_until`.
 #[derive(Serialize, ToSchema)]
-pub struct AdmittedBody {
+pub(crate) struct AdmittedBody {
     /// Always `admitted`.
     #[schema(inline, example = "admitted")]
     status: AnswerStatus,
@@ -105,7 +105,7 @@ pub struct AdmittedBody {
         (status = 503, description = "retry: Redis, the replica acknowledgement or the database could not finish; retry with the same nonce", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn create(
+pub(crate) async fn create(
     State(app): State<AppState>,
     client: ClientAddr,
     Path(event): Path<String>,
@@ -113,7 +113,7 @@ pub async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = Instant::now();
-    let stats = &app.sale.stats;
+    let stats = app.sale.stats();
     let result = if !is_json(&headers) {
         // Before anything else: a form post from another site must not reach even the honeypot.
         Err(ApiError::UnsupportedMediaType.into())
@@ -256,7 +256,7 @@ fn is_honeypot(fields: &Map<String, Value>) -> Result<bool, ApiError> {
 /// A success body of the normal shape with a plausible seat; nothing is read but the cached
 /// event, nothing is written, nothing is logged.
 async fn fake_admission(app: &AppState, event: &EventId, fields: &Map<String, Value>) -> Booked {
-    let view = app.sale.catalog.get(event).await.ok().flatten();
+    let view = app.sale.catalog().get(event).await.ok().flatten();
     let (seats, hold_seconds) = view.as_deref().map_or((100, 900), |v| (v.total_seats, v.hold_seconds));
     let level = match fields.get("level") {
         Some(Value::String(l)) if l.len() <= 32 => l.clone(),

@@ -27,14 +27,14 @@ const OPS_PAGE: &str = include_str!("../../assets/ops.html");
 const EVENTS_MAX: usize = 20;
 
 /// `GET /ops`
-pub async fn page() -> impl axum::response::IntoResponse {
+pub(crate) async fn page() -> impl axum::response::IntoResponse {
     static POLICY: std::sync::LazyLock<axum::http::HeaderValue> =
         std::sync::LazyLock::new(|| super::headers::page_policy(OPS_PAGE));
     ([(axum::http::header::CONTENT_SECURITY_POLICY, POLICY.clone())], Html(OPS_PAGE))
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Server clock, so rates are computed against the server's time, not the browser's.
     pub now_ms: i64,
     /// This process's counters since it started, by name (see `/metrics` for their meaning).
@@ -76,7 +76,7 @@ impl PeakRate {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct LatencySummary {
+pub(crate) struct LatencySummary {
     /// Bucket upper bounds in seconds; the last bucket is everything above.
     pub bounds_seconds: Vec<f64>,
     /// Observations per bucket (not cumulative), one more than `bounds_seconds`.
@@ -84,7 +84,7 @@ pub struct LatencySummary {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct EventFill {
+pub(crate) struct EventFill {
     pub id: String,
     /// `open`, `closed` or `not_open`.
     pub state: &'static str,
@@ -95,7 +95,7 @@ pub struct EventFill {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct LevelFill {
+pub(crate) struct LevelFill {
     pub name: String,
     pub cap: i64,
     /// Held, unpaid, in the database.
@@ -117,7 +117,7 @@ pub struct LevelFill {
         (status = 503, description = "retry: Redis or the database is unavailable", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn summary(
+pub(crate) async fn summary(
     State(app): State<AppState>,
     client: super::ClientAddr,
     headers: HeaderMap,
@@ -129,7 +129,7 @@ pub async fn summary(
             events.push(fill);
         }
     }
-    let stats = &app.sale.stats;
+    let stats = app.sale.stats();
     let latency = stats
         .booking_latency
         .by_outcome()
@@ -141,7 +141,7 @@ pub async fn summary(
 }
 
 async fn open_events(app: &AppState) -> Result<Vec<EventId>, ApiError> {
-    let mut conn = app.sale.link.shared().await.map_err(|e| unavailable("redis", &e))?;
+    let mut conn = app.sale.link().shared().await.map_err(|e| unavailable("redis", &e))?;
     let mut ids: Vec<String> =
         redis::cmd("SMEMBERS").arg(EVENTS_KEY).query_async(&mut conn).await.map_err(|e| unavailable("redis", &e))?;
     ids.sort();
@@ -156,7 +156,7 @@ async fn event_fill(app: &AppState, id: &EventId) -> Result<Option<EventFill>, A
         Err(other) => return Err(other.into()),
     };
     let (free, taken) = counts(app, &view).await.map_err(|e| unavailable("redis", &e))?;
-    let rows = app.sale.store.level_counts(id).await.map_err(|e| unavailable("database", &e))?;
+    let rows = app.sale.store().level_counts(id).await.map_err(|e| unavailable("database", &e))?;
     let levels = level_availability(&view, free, &taken)
         .into_iter()
         .map(|(name, level)| {

@@ -5,7 +5,7 @@
 
 use crate::domain::event::rfc3339_ms;
 use crate::sale::answer::AnswerStatus;
-use crate::sale::booking::{Booked, Refusal};
+use crate::sale::booking::Refusal;
 use crate::sale::lifecycle::LifecycleError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -14,11 +14,11 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 /// Seconds a client should wait before retrying a 503.
-pub const RETRY_AFTER_SECONDS: u64 = 1;
+pub(crate) const RETRY_AFTER_SECONDS: u64 = 1;
 
 /// The body of every answer that is not a success.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// What happened, as a stable snake_case string (the same for every answer of its kind).
     #[schema(inline, example = "sold_out")]
     pub status: AnswerStatus,
@@ -53,27 +53,13 @@ pub enum ApiError {
     /// [`AnswerStatus::UnsupportedMediaType`].
     #[error("a booking must be sent as application/json")]
     UnsupportedMediaType,
-    /// [`AnswerStatus::NotOpen`].
-    #[error("not open")]
-    NotOpen,
-    /// [`AnswerStatus::Closed`].
-    #[error("closed")]
-    Closed,
-    /// [`AnswerStatus::NotRegistered`].
-    #[error("not registered")]
-    NotRegistered,
     /// [`AnswerStatus::NotFound`].
     #[error("not found")]
     NotFound,
-    /// [`AnswerStatus::AlreadyAdmitted`], with the seat the code holds when it is known.
-    #[error("already admitted")]
-    AlreadyAdmitted(Option<Booked>),
-    /// [`AnswerStatus::LevelFull`].
-    #[error("level full")]
-    LevelFull,
-    /// [`AnswerStatus::SoldOut`].
-    #[error("sold out")]
-    SoldOut,
+    /// The admit path's answer without a seat: [`Refusal::answer`] names its status (the one
+    /// place a refusal meets its status).
+    #[error(transparent)]
+    Refused(#[from] Refusal),
     /// [`AnswerStatus::Released`].
     #[error("released")]
     Released,
@@ -96,13 +82,8 @@ impl ApiError {
             ApiError::Unauthorized => AnswerStatus::Unauthorized,
             ApiError::BodyTimeout => AnswerStatus::BodyTimeout,
             ApiError::UnsupportedMediaType => AnswerStatus::UnsupportedMediaType,
-            ApiError::NotOpen => AnswerStatus::NotOpen,
-            ApiError::Closed => AnswerStatus::Closed,
-            ApiError::NotRegistered => AnswerStatus::NotRegistered,
             ApiError::NotFound => AnswerStatus::NotFound,
-            ApiError::AlreadyAdmitted(_) => AnswerStatus::AlreadyAdmitted,
-            ApiError::LevelFull => AnswerStatus::LevelFull,
-            ApiError::SoldOut => AnswerStatus::SoldOut,
+            ApiError::Refused(refusal) => refusal.answer(),
             ApiError::Released => AnswerStatus::Released,
             ApiError::RateLimited(_) => AnswerStatus::RateLimited,
             ApiError::Retry(_) => AnswerStatus::Retry,
@@ -121,7 +102,7 @@ impl ApiError {
 }
 
 /// The HTTP status of an answer.
-pub fn http_status(answer: AnswerStatus) -> StatusCode {
+pub(crate) fn http_status(answer: AnswerStatus) -> StatusCode {
     StatusCode::from_u16(answer.http_code()).expect("the answer table holds valid HTTP codes")
 }
 
@@ -141,6 +122,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let detail = match &self {
             ApiError::InvalidRequest(detail) => Some(detail.clone()),
+            ApiError::Refused(Refusal::UnknownLevel(level)) => Some(format!("unknown level {level:?}")),
             ApiError::Internal(err) => {
                 tracing::error!(error = ?err, "internal error");
                 None
@@ -148,7 +130,7 @@ impl IntoResponse for ApiError {
             _ => None,
         };
         let seat = match &self {
-            ApiError::AlreadyAdmitted(Some(seat)) => Some(seat),
+            ApiError::Refused(Refusal::AlreadyAdmitted(Some(seat))) => Some(seat),
             _ => None,
         };
         let body = ErrorBody {
@@ -160,7 +142,7 @@ impl IntoResponse for ApiError {
         };
         let mut response = (self.status_code(), Json(body)).into_response();
         match self {
-            ApiError::Retry(_) => {
+            ApiError::Retry(_) | ApiError::Refused(Refusal::Retry(_)) => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
             }
             ApiError::RateLimited(seconds) => {
@@ -172,22 +154,6 @@ impl IntoResponse for ApiError {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
-    }
-}
-
-impl From<Refusal> for ApiError {
-    fn from(r: Refusal) -> Self {
-        match r {
-            Refusal::UnknownEvent => ApiError::NotFound,
-            Refusal::UnknownLevel(level) => ApiError::InvalidRequest(format!("unknown level {level:?}")),
-            Refusal::NotOpen => ApiError::NotOpen,
-            Refusal::Closed => ApiError::Closed,
-            Refusal::NotRegistered => ApiError::NotRegistered,
-            Refusal::AlreadyAdmitted(seat) => ApiError::AlreadyAdmitted(seat),
-            Refusal::LevelFull => ApiError::LevelFull,
-            Refusal::SoldOut => ApiError::SoldOut,
-            Refusal::Retry(why) => ApiError::Retry(why),
-        }
     }
 }
 

@@ -21,7 +21,7 @@ const API_POLICY: &str = "default-src 'none'; frame-ancestors 'none'; base-uri '
 const HSTS: &str = "max-age=31536000";
 
 /// Adds the protections to every answer; a page's own policy (set by its handler) is kept.
-pub async fn protect(State(app): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn protect(State(app): State<AppState>, request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
@@ -35,7 +35,7 @@ pub async fn protect(State(app): State<AppState>, request: Request, next: Next) 
 }
 
 /// The policy of one page: its own origin, and exactly its inline scripts and styles.
-pub fn page_policy(html: &str) -> HeaderValue {
+pub(crate) fn page_policy(html: &str) -> HeaderValue {
     let scripts = hashes(html, "script");
     let styles = hashes(html, "style");
     let policy = format!(

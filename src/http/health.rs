@@ -111,7 +111,7 @@ pub async fn healthz() -> Json<Liveness> {
         (status = 503, description = "Redis or the database does not answer", body = Readiness),
     ))]
 pub async fn readyz(State(app): State<AppState>) -> (StatusCode, Json<Readiness>) {
-    let answer = app.edge.readiness.get(&app.sale.link, &app.sale.store, &app.sale.stats).await;
+    let answer = app.edge.readiness.get(app.sale.link(), app.sale.store(), app.sale.stats()).await;
     let status = if answer.redis && answer.database { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(answer))
 }

@@ -55,11 +55,11 @@ fn family_help(family: &str) -> Option<&'static str> {
 /// `GET /metrics`
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text exposition (version 0.0.4)", content_type = "text/plain", body = String)))]
-pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&app.sale.stats))
+pub(crate) async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(app.sale.stats()))
 }
 
-pub fn render(stats: &Stats) -> String {
+pub(crate) fn render(stats: &Stats) -> String {
     let mut out = String::new();
     let mut last_family = "";
     for sample in stats.samples() {

@@ -11,16 +11,16 @@
 //! a crowd of trickling sockets parks a bounded amount of work and every other client gets a
 //! fast answer.
 
-pub mod availability;
-pub mod bookings;
-pub mod dashboard;
-pub mod error;
+pub(crate) mod availability;
+pub(crate) mod bookings;
+pub(crate) mod dashboard;
+pub(crate) mod error;
 pub mod guess_guard;
-pub mod headers;
+pub(crate) mod headers;
 pub mod health;
-pub mod metrics;
-pub mod openapi;
-pub mod operator;
+pub(crate) mod metrics;
+pub(crate) mod openapi;
+pub(crate) mod operator;
 mod page;
 pub mod refusal_limit;
 pub mod server;

@@ -16,7 +16,7 @@ use utoipa::{Modify, OpenApi};
         (name = "operations", description = "Health and metrics"),
     )
 )]
-pub struct ApiDoc;
+pub(crate) struct ApiDoc;
 
 struct OperatorToken;
 

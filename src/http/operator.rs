@@ -22,7 +22,7 @@ use utoipa::ToSchema;
 /// Checks `Authorization: Bearer <operator-token>`. The two are compared as SHA-256 digests with
 /// `subtle`, so neither the token's bytes nor its length show in the time taken. A `401` counts
 /// against the address like a code-revealing refusal: past the limit the answer is `429`.
-pub fn authorise(app: &AppState, headers: &HeaderMap, client: &ClientAddr) -> Result<(), ApiError> {
+pub(crate) fn authorise(app: &AppState, headers: &HeaderMap, client: &ClientAddr) -> Result<(), ApiError> {
     let given = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -35,7 +35,7 @@ pub fn authorise(app: &AppState, headers: &HeaderMap, client: &ClientAddr) -> Re
     if matches {
         return Ok(());
     }
-    Stats::bump(&app.sale.stats.operator_refusals);
+    Stats::bump(&app.sale.stats().operator_refusals);
     match app.edge.refusals.check(client.0) {
         Ok(()) => Err(ApiError::Unauthorized),
         Err(wait) => Err(ApiError::RateLimited(retry_after_seconds(wait))),
@@ -50,7 +50,7 @@ fn parse(app: &AppState, event: &str, code: &str) -> Result<(EventId, CodeHash),
 
 /// A booking as the operator endpoints answer it.
 #[derive(Serialize, ToSchema)]
-pub struct BookingState {
+pub(crate) struct BookingState {
     /// `paid` after payment, `released` after cancel.
     #[schema(example = "paid")]
     status: String,
@@ -62,7 +62,7 @@ pub struct BookingState {
 
 fn booking_json(row: &BookingRow) -> Json<BookingState> {
     Json(BookingState {
-        status: row.state.clone(),
+        status: row.state.to_string(),
         slot: row.slot,
         level: row.level.clone(),
         hold_until: rfc3339_ms(row.hold_until_ms),
@@ -87,7 +87,7 @@ fn booking_json(row: &BookingRow) -> Json<BookingState> {
         (status = 503, description = "retry: the database is unavailable", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn pay(
+pub(crate) async fn pay(
     State(app): State<AppState>,
     client: ClientAddr,
     headers: HeaderMap,
@@ -118,7 +118,7 @@ pub async fn pay(
         (status = 503, description = "retry: the database is unavailable", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn cancel(
+pub(crate) async fn cancel(
     State(app): State<AppState>,
     client: ClientAddr,
     headers: HeaderMap,
@@ -129,7 +129,7 @@ pub async fn cancel(
     let result = app.sale.cancel(&event, &code).await;
     audit(&app, &event, "cancel", &code, &client, outcome(&result)).await;
     let mut row = result?;
-    row.state = "released".into();
+    row.state = crate::store::BookingState::Released;
     Ok(booking_json(&row))
 }
 
@@ -147,7 +147,7 @@ fn outcome(result: &Result<BookingRow, LifecycleError>) -> &'static str {
 /// to undo a payment that the database already holds.
 async fn audit(app: &AppState, event: &EventId, action: &str, code: &CodeHash, client: &ClientAddr, outcome: &str) {
     let entry = AuditEntry::new(event, action, code, &client.0.to_string(), outcome);
-    if let Err(err) = app.sale.store.audit(&entry).await {
+    if let Err(err) = app.sale.store().audit(&entry).await {
         tracing::warn!(error = %err, event = %event, action, "cannot write the audit trail");
     }
 }

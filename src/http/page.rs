@@ -12,8 +12,8 @@ use std::sync::LazyLock;
 const BOOKING_PAGE: &str = include_str!("../../assets/booking.html");
 
 /// `/`: the booking page of the open event (the first by name when there are several).
-pub async fn index(State(app): State<AppState>) -> Response {
-    let events: Vec<String> = match app.sale.link.shared().await {
+pub(super) async fn index(State(app): State<AppState>) -> Response {
+    let events: Vec<String> = match app.sale.link().shared().await {
         Ok(mut conn) => redis::cmd("SMEMBERS").arg(EVENTS_KEY).query_async(&mut conn).await.unwrap_or_default(),
         Err(_) => Vec::new(),
     };
@@ -24,7 +24,7 @@ pub async fn index(State(app): State<AppState>) -> Response {
 }
 
 /// `/events/{event}`: the page itself; the script finds the event in its own URL.
-pub async fn event_page(Path(_event): Path<String>) -> impl IntoResponse {
+pub(super) async fn event_page(Path(_event): Path<String>) -> impl IntoResponse {
     static POLICY: LazyLock<HeaderValue> = LazyLock::new(|| super::headers::page_policy(BOOKING_PAGE));
     ([(CONTENT_SECURITY_POLICY, POLICY.clone())], Html(BOOKING_PAGE))
 }

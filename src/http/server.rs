@@ -69,7 +69,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let limits = state.edge.settings.connections;
-    let stats = state.sale.stats.clone();
+    let stats = state.sale.stats().clone();
     let router = super::router(state);
     let open = Arc::new(Semaphore::new(limits.connections_max.max(1)));
     let graceful = GracefulShutdown::new();
@@ -156,12 +156,12 @@ pub async fn read_then_admit(State(app): State<AppState>, request: Request, next
         }
         Ok(Err(_)) => return ApiError::InvalidRequest("the body could not be read".into()).into_response(),
         Err(_) => {
-            Stats::bump(&app.sale.stats.body_timeouts);
+            Stats::bump(&app.sale.stats().body_timeouts);
             return ApiError::BodyTimeout.into_response();
         }
     };
     let Ok(_permit) = app.edge.in_flight.permits.try_acquire() else {
-        Stats::bump(&app.sale.stats.shed);
+        Stats::bump(&app.sale.stats().shed);
         return ApiError::Retry("too many requests in flight").into_response();
     };
     next.run(Request::from_parts(parts, Body::from(bytes))).await

@@ -12,7 +12,7 @@ use rand::Rng;
 use std::collections::{BTreeMap, HashSet};
 
 /// Fewer guesses per hit than this (2⁴⁰, about a trillion) and `allowlist import` warns.
-pub const GUESSES_PER_HIT_BITS_MIN: f64 = 40.0;
+pub(crate) const GUESSES_PER_HIT_BITS_MIN: f64 = 40.0;
 /// The characters of generated codes: no `0`/`O`, `1`/`I`/`L`, so a code read aloud or copied by
 /// hand comes out the same.
 const ALPHABET: &[u8] = b"23456789ABCDEFGHJKMNPQRSTUVWXYZ";
@@ -94,7 +94,7 @@ fn position_choices(seen: &HashSet<u8>) -> f64 {
 
 /// `count` distinct codes of [`GENERATED_CHARS`] characters from [`ALPHABET`] (about 59 bits
 /// each), grouped like `7KQ2-MX9D-F4TR`, from the thread's CSPRNG.
-pub fn generate(count: usize) -> Vec<String> {
+pub(crate) fn generate(count: usize) -> Vec<String> {
     let mut rng = rand::rng();
     let mut seen = HashSet::with_capacity(count);
     let mut codes = Vec::with_capacity(count);
@@ -114,7 +114,7 @@ pub fn generate(count: usize) -> Vec<String> {
 }
 
 /// Bits of entropy of one generated code.
-pub fn generated_bits() -> f64 {
+pub(crate) fn generated_bits() -> f64 {
     GENERATED_CHARS as f64 * (ALPHABET.len() as f64).log2()
 }
 

@@ -251,9 +251,7 @@ pub fn sale_settings(settings: &ServeSettings) -> SaleSettings {
             batch_size_max: settings.persist_batch_max,
             linger: Duration::from_millis(settings.persist_linger_ms),
             writers: settings.persist_writers,
-            direct_sqlite: settings.persist_direct_sqlite,
         },
-        allowlist_in_memory: settings.allowlist_in_memory,
         persist_deadline: Duration::from_millis(settings.persist_deadline_ms),
     }
 }
@@ -264,7 +262,7 @@ pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> a
     let hasher = CodeHasher::from_env();
     warn_if_unpeppered(&hasher);
     let (link, store) = connect(connections).await?;
-    for id in store.events_in_state("open").await? {
+    for id in store.open_events().await? {
         store.check_allowlist_pepper(&id, &hasher.fingerprint()).await?;
     }
     let mut conn = link.check().await?;
@@ -272,10 +270,8 @@ pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> a
     if let Some(warning) = crate::redis_io::link::persistence_warning(&mut conn).await? {
         tracing::warn!("{warning}");
     }
-    let sale = Sale::new(Arc::new(link), store, sale_settings(settings), FaultPlan::from_env()?);
-    if sale.settings.allowlist_in_memory {
-        sale.allowlist.warm(&sale.catalog).await?;
-    }
+    let sale = Sale::new(Arc::new(link), store, sale_settings(settings), FaultPlan::from_env()?)?;
+    sale.allowlist().warm(sale.catalog()).await?;
     Ok(AppState::new(App { sale: Arc::new(sale), hasher, operator_token, edge: Edge::new(settings.edge()) }))
 }
 

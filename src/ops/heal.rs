@@ -47,7 +47,7 @@ pub async fn run(sale: Arc<Sale>, shutdown: impl std::future::Future<Output = ()
                 if replid.as_ref().is_some_and(|before| *before != now) {
                     tracing::warn!(before = ?replid, now = %now,
                         "the Redis primary's replication id changed (a failover or a restart): healing every open event");
-                    Stats::bump(&sale.stats.replication_id_changes);
+                    Stats::bump(&sale.stats().replication_id_changes);
                     all = true;
                 }
                 replid = Some(now);
@@ -56,7 +56,7 @@ pub async fn run(sale: Arc<Sale>, shutdown: impl std::future::Future<Output = ()
         }
         if all {
             swept = Instant::now();
-            match sale.store.events_in_state("open").await {
+            match sale.store().open_events().await {
                 Ok(open) => events.extend(open),
                 Err(e) => tracing::warn!(error = %e, "cannot list the open events to heal"),
             }
@@ -81,18 +81,18 @@ pub async fn heal_all(sale: &Sale, events: BTreeSet<EventId>) {
 
 /// Redis lost the event whole: `open`'s rebuild, if the database says the sale is open.
 async fn rebuild(sale: &Sale, event: &EventId) {
-    match sale.store.event(event).await {
+    match sale.store().event(event).await {
         Ok(stored) if stored.state == "open" => {}
         Ok(_) => return,
         Err(e) => return tracing::warn!(%event, error = %e, "cannot read the event to rebuild it"),
     }
-    let mut conn = match sale.link.check().await {
+    let mut conn = match sale.link().check().await {
         Ok(conn) => conn,
         Err(e) => return tracing::warn!(%event, error = %e, "cannot reach Redis to rebuild the event"),
     };
-    match loader::open_event(&mut conn, &sale.store, event).await {
+    match loader::open_event(&mut conn, sale.store(), event).await {
         Ok(report) => {
-            Stats::bump(&sale.stats.heal_rebuilt);
+            Stats::bump(&sale.stats().heal_rebuilt);
             tracing::warn!(%event, free_seats = report.free_seats,
                 "Redis had lost the event whole: rebuilt from the database");
         }
@@ -103,7 +103,7 @@ async fn rebuild(sale: &Sale, event: &EventId) {
 
 /// The primary's `master_replid`, from `INFO replication`.
 async fn replication_id(sale: &Sale) -> anyhow::Result<String> {
-    let mut conn = sale.link.shared().await?;
+    let mut conn = sale.link().shared().await?;
     let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await?;
     info.lines()
         .find_map(|l| l.strip_prefix("master_replid:"))

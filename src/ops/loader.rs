@@ -19,6 +19,7 @@ use crate::domain::event::{now_ms, EventId};
 use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
 use crate::redis_io::link::{config_get, persistence_warning, require_noeviction};
 use crate::redis_io::oplock::OperatorLock;
+use crate::redis_io::scripts::{self, admission_record, Script};
 use crate::store::{BookingRow, Store, StoredEvent};
 use anyhow::{bail, Context};
 use redis::aio::MultiplexedConnection;
@@ -312,8 +313,7 @@ async fn stage_seats(
         let mut adm = redis::cmd("HSET");
         adm.arg(&staged.adm);
         for r in chunk {
-            adm.arg(r.code.as_str())
-                .arg(format!("{} {} {} {} {}", r.nonce, r.admission_id, r.slot, r.level, r.admitted_ms));
+            adm.arg(r.code.as_str()).arg(admission_record(&r.nonce, &r.admission_id, r.slot, &r.level, r.admitted_ms));
         }
         adm.query_async::<()>(conn).await?;
     }
@@ -355,24 +355,41 @@ async fn switch(
         Loaded::No => ("rebuild", String::new(), 0),
         Loaded::Yes { generation, total_seats } => ("refresh", generation.clone(), *total_seats),
     };
-    let script = redis::Script::new(include_str!("../../lua/switch.lua"));
-    let mut call = script.prepare_invoke();
-    call.key(&keys.meta)
-        .key(&keys.lock)
-        .key(&keys.cap)
-        .key(&keys.allow)
-        .key(&staged.allow)
-        .key(&keys.free)
-        .key(&staged.free);
-    call.key(&keys.taken).key(&staged.taken).key(&keys.adm).key(&staged.adm).key(&keys.pending);
-    call.arg(lock.owner()).arg(mode).arg(generation).arg(read_total).arg(spec.total_seats).arg(spec.hold_seconds);
-    call.arg(spec.opens_at_ms.map(|o| o.to_string()).unwrap_or_default());
-    call.arg(spec.closes_at_ms.map(|c| c.to_string()).unwrap_or_default());
-    call.arg(uuid::Uuid::new_v4().simple().to_string()).arg(now_ms());
+    let script = Script::new(include_str!("../../lua/switch.lua"));
+    let keys = [
+        &keys.meta,
+        &keys.lock,
+        &keys.cap,
+        &keys.allow,
+        &staged.allow,
+        &keys.free,
+        &staged.free,
+        &keys.taken,
+        &staged.taken,
+        &keys.adm,
+        &staged.adm,
+        &keys.pending,
+    ]
+    .map(String::as_str);
+    let mut args: Vec<String> = vec![
+        lock.owner().to_owned(),
+        mode.to_owned(),
+        generation,
+        read_total.to_string(),
+        spec.total_seats.to_string(),
+        spec.hold_seconds.to_string(),
+        spec.opens_at_ms.map(|o| o.to_string()).unwrap_or_default(),
+        spec.closes_at_ms.map(|c| c.to_string()).unwrap_or_default(),
+        uuid::Uuid::new_v4().simple().to_string(),
+        now_ms().to_string(),
+    ];
     for (level, cap) in &spec.levels {
-        call.arg(level.as_str()).arg(cap);
+        args.extend([level.as_str().to_owned(), cap.to_string()]);
     }
-    let switched: i64 = call.invoke_async(conn).await.context("switching the staged keys into place")?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let switched: i64 = scripts::run_as(conn, &script, &script.call(&keys, &args))
+        .await
+        .context("switching the staged keys into place")?;
     match switched {
         1 => Ok(()),
         -1 => bail!("the operator lock of {} expired during open (another command may hold it now); nothing was switched, run open again", spec.id),
@@ -400,9 +417,9 @@ pub async fn close_event(
     let stored = store.event(id).await?;
     let lock = OperatorLock::acquire(conn, id, "close").await?;
     let keys = EventKeys::new(id);
-    let script = redis::Script::new(include_str!("../../lua/close.lua"));
+    let script = Script::new(include_str!("../../lua/close.lua"));
     let closed: redis::RedisResult<i64> =
-        script.key(&keys.meta).key(&keys.lock).arg(lock.owner()).invoke_async(conn).await;
+        scripts::run_as(conn, &script, &script.call(&[&keys.meta, &keys.lock], &[lock.owner()])).await;
     let outcome = match closed {
         Ok(1) => {
             store.set_event_state(id, "closed").await?;

@@ -4,7 +4,7 @@
 
 pub mod allowlist_file;
 pub mod apply;
-pub mod code_strength;
+pub(crate) mod code_strength;
 mod commands;
 pub mod heal;
 pub mod loader;

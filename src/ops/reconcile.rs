@@ -14,6 +14,7 @@ use crate::domain::event::EventId;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::oplock::OperatorLock;
+use crate::redis_io::scripts::admission_record;
 use crate::redis_io::snapshot::RedisSide;
 use crate::store::{BookingRow, LevelCounts, Store, StoredEvent};
 use anyhow::{bail, Context};
@@ -122,7 +123,7 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
     let mut counts: BTreeMap<String, LevelCounts> = BTreeMap::new();
     for r in &holders {
         let entry = counts.entry(r.level.clone()).or_default();
-        if r.state == "paid" {
+        if r.state == crate::store::BookingState::Paid {
             entry.paid += 1
         } else {
             entry.held += 1
@@ -178,7 +179,7 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
             c.deferred_records += 1;
             continue;
         }
-        let record = format!("{} {} {} {} {}", r.nonce, r.admission_id, r.slot, r.level, r.admitted_ms);
+        let record = admission_record(&r.nonce, &r.admission_id, r.slot, &r.level, r.admitted_ms);
         if records.get(r.code.as_str()) != Some(&record) {
             c.missing_records += 1;
         }

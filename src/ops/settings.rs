@@ -93,8 +93,8 @@ pub struct ServeSettings {
     #[arg(long, env = "SEATRUSH_COMMIT_BATCH_MAX", default_value_t = 256,
         value_parser = RangedU64ValueParser::<usize>::new().range(1..=crate::sale::committer::BATCH_SIZE_MAX as u64))]
     pub commit_batch_max: usize,
-    /// Most bookings written in one database transaction (0 = one transaction per request)
-    #[arg(long, env = "SEATRUSH_PERSIST_BATCH_MAX", default_value_t = 256, value_parser = RangedU64ValueParser::<usize>::new().range(0..=4096))]
+    /// Most bookings written in one database transaction
+    #[arg(long, env = "SEATRUSH_PERSIST_BATCH_MAX", default_value_t = 256, value_parser = RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub persist_batch_max: usize,
     /// How long a database writer waits for more bookings before writing a short batch, in milliseconds
     #[arg(long, env = "SEATRUSH_PERSIST_LINGER_MS", default_value_t = 0, value_parser = value_parser!(u64).range(0..=1_000))]
@@ -102,12 +102,6 @@ pub struct ServeSettings {
     /// Database writer tasks, each with one batch transaction in flight
     #[arg(long, env = "SEATRUSH_PERSIST_WRITERS", default_value_t = 1, value_parser = RangedU64ValueParser::<usize>::new().range(1..=CONNECTIONS_MAX))]
     pub persist_writers: usize,
-    /// With SQLite, write batches on a connection of their own instead of through sqlx's worker thread
-    #[arg(long, env = "SEATRUSH_PERSIST_DIRECT_SQLITE", default_value_t = true, action = clap::ArgAction::Set)]
-    pub persist_direct_sqlite: bool,
-    /// Answer the allowlist gate from an in-memory copy of the event's code hashes (false = SISMEMBER per request)
-    #[arg(long, env = "SEATRUSH_ALLOWLIST_IN_MEMORY", default_value_t = true, action = clap::ArgAction::Set)]
-    pub allowlist_in_memory: bool,
     /// Requests one `serve` handles at once; one more is answered 503 retry (with Retry-After) at once
     #[arg(long, env = "SEATRUSH_IN_FLIGHT_MAX", default_value_t = crate::http::IN_FLIGHT_MAX_DEFAULT,
         value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]

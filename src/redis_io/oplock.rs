@@ -8,9 +8,8 @@
 
 use crate::domain::event::EventId;
 use crate::redis_io::keys::EventKeys;
+use crate::redis_io::scripts::{self, Script};
 use redis::aio::MultiplexedConnection;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a lock outlives a holder that stopped renewing it (crashed, or cut off from Redis).
@@ -18,8 +17,12 @@ pub const LOCK_TTL: Duration = Duration::from_secs(30);
 /// Renewals per [`LOCK_TTL`], so one or two lost renewals do not lose the lock.
 const RENEWALS_PER_TTL: u32 = 3;
 
-fn renew_script() -> redis::Script {
-    redis::Script::new(include_str!("../../lua/lock_renew.lua"))
+static RENEW: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/lock_renew.lua")));
+
+/// Renews the lock for `ttl_ms` (0 frees it) if `owner` still holds it: 1 if it did.
+async fn renew_once(conn: &mut MultiplexedConnection, key: &str, owner: &str, ttl_ms: u64) -> redis::RedisResult<i64> {
+    scripts::run_as(conn, &RENEW, &RENEW.call(&[key], &[owner, &ttl_ms.to_string()])).await
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +42,6 @@ pub struct OperatorLock {
     conn: MultiplexedConnection,
     key: String,
     owner: String,
-    lost: Arc<AtomicBool>,
     renewer: tokio::task::JoinHandle<()>,
 }
 
@@ -68,9 +70,8 @@ impl OperatorLock {
                 expires_in_ms,
             });
         }
-        let lost = Arc::new(AtomicBool::new(false));
-        let renewer = tokio::spawn(renew(conn.clone(), key.clone(), owner.clone(), lost.clone()));
-        Ok(Self { conn, key, owner, lost, renewer })
+        let renewer = tokio::spawn(renew(conn.clone(), key.clone(), owner.clone()));
+        Ok(Self { conn, key, owner, renewer })
     }
 
     /// The value the lock key holds while this lock is held; scripts that must only run under
@@ -79,15 +80,10 @@ impl OperatorLock {
         &self.owner
     }
 
-    /// True once a renewal found the lock gone or taken by another (this holder was too slow).
-    pub fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Relaxed)
-    }
-
     /// Frees the lock if it is still ours.
     pub async fn release(mut self) -> redis::RedisResult<()> {
         self.renewer.abort();
-        renew_script().key(&self.key).arg(&self.owner).arg(0).invoke_async::<i64>(&mut self.conn).await?;
+        renew_once(&mut self.conn, &self.key, &self.owner, 0).await?;
         Ok(())
     }
 }
@@ -98,18 +94,16 @@ impl Drop for OperatorLock {
     }
 }
 
-async fn renew(mut conn: MultiplexedConnection, key: String, owner: String, lost: Arc<AtomicBool>) {
+async fn renew(mut conn: MultiplexedConnection, key: String, owner: String) {
     let mut tick = tokio::time::interval(LOCK_TTL / RENEWALS_PER_TTL);
     tick.tick().await;
     loop {
         tick.tick().await;
-        let renewed =
-            renew_script().key(&key).arg(&owner).arg(LOCK_TTL.as_millis() as u64).invoke_async::<i64>(&mut conn).await;
+        let renewed = renew_once(&mut conn, &key, &owner, LOCK_TTL.as_millis() as u64).await;
         match renewed {
             Ok(1) => {}
             Ok(_) => {
                 tracing::warn!(lock = %key, "operator lock lost: it expired and another command may hold it");
-                lost.store(true, Ordering::Relaxed);
                 return;
             }
             Err(e) => tracing::warn!(lock = %key, error = %e, "cannot renew the operator lock; retrying"),

@@ -15,7 +15,7 @@ pub struct Script {
 }
 
 impl Script {
-    fn new(source: &'static str) -> Self {
+    pub(crate) fn new(source: &'static str) -> Self {
         Self { source, sha: redis::Script::new(source).get_hash().to_owned() }
     }
 
@@ -33,6 +33,16 @@ impl Script {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(self.source);
         cmd
+    }
+
+    /// Loads the script into the server's cache: the one answer to a `NOSCRIPT` (restart,
+    /// failover, `SCRIPT FLUSH`), after which the caller runs again the calls that missed.
+    pub async fn load<C: redis::aio::ConnectionLike>(&self, conn: &mut C) -> RedisResult<()> {
+        let sha: String = self.load_cmd().query_async(conn).await?;
+        if sha != self.sha {
+            return Err(RedisError::from((ErrorKind::Parse, "SCRIPT LOAD answered another SHA-1", sha)));
+        }
+        Ok(())
     }
 }
 
@@ -89,19 +99,6 @@ impl Scripts {
     /// One admit attempt in its own call.
     pub fn admit_call(&self, keys: &EventKeys, code: &CodeHash, nonce: &Nonce, level: &str, admission: &str) -> Cmd {
         self.admit_batch_call(keys, [AdmitArgs { code, nonce, level, admission, retry_only: false }])
-    }
-
-    /// The admit call for a request a gate refuses: it answers only a retry of this nonce's
-    /// admission (check 1), and -4 for anything else.
-    pub fn retry_only_call(
-        &self,
-        keys: &EventKeys,
-        code: &CodeHash,
-        nonce: &Nonce,
-        level: &str,
-        admission: &str,
-    ) -> Cmd {
-        self.admit_batch_call(keys, [AdmitArgs { code, nonce, level, admission, retry_only: true }])
     }
 
     /// One admit call for many attempts on one event, decided in order (a committer round); its
@@ -203,18 +200,38 @@ pub fn is_noscript(err: &RedisError) -> bool {
 
 /// Runs one script call on `conn`, loading the script once on `NOSCRIPT`.
 pub async fn run<C: redis::aio::ConnectionLike>(conn: &mut C, script: &Script, cmd: &Cmd) -> RedisResult<Value> {
-    match cmd.query_async::<Value>(conn).await {
+    run_as(conn, script, cmd).await
+}
+
+/// [`run`], its reply converted to `T`.
+pub async fn run_as<T: redis::FromRedisValue, C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    script: &Script,
+    cmd: &Cmd,
+) -> RedisResult<T> {
+    match cmd.query_async::<T>(conn).await {
         Err(err) if is_noscript(&err) => {
-            script.load_cmd().query_async::<String>(conn).await?;
+            script.load(conn).await?;
             cmd.query_async(conn).await
         }
         other => other,
     }
 }
 
+/// A record of the `adm` hash, "nonce admission-id slot level admitted-ms": how `open` and
+/// `reconcile` write one from a database row (admit.lua writes the same fields in Lua).
+pub fn admission_record(nonce: &Nonce, admission_id: &str, slot: i64, level: &str, admitted_ms: i64) -> String {
+    format!("{nonce} {admission_id} {slot} {level} {admitted_ms}")
+}
+
 /// The Redis layer owns the record format; the type belongs to the sale.
 impl Admission {
-    /// Parses a record of the `adm` hash: "nonce admission-id slot level admitted-ms".
+    /// This admission's record in the `adm` hash.
+    pub fn to_record(&self) -> String {
+        admission_record(&self.nonce, &self.id, self.slot, &self.level, self.admitted_ms)
+    }
+
+    /// Parses a record of the `adm` hash ([`admission_record`]).
     pub fn from_record(code: CodeHash, record: &str) -> Option<Self> {
         let mut parts = record.split(' ');
         let nonce = Nonce::parse(parts.next()?)?;
@@ -231,6 +248,14 @@ impl Admission {
 pub enum AdmitReply {
     /// Admitted now, or the original admission of a retry with the same nonce.
     Admitted { slot: i64, admitted_ms: i64, admission: String, level: String },
+    /// It wrote nothing; the committer hands this on as it is, and the admit path turns it into
+    /// the request's refusal.
+    Refused(ScriptRefusal),
+}
+
+/// The admit script's refusals, as its reply says them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScriptRefusal {
     /// -1: this code holds a seat under another nonce.
     AlreadyAdmitted,
     /// -3: the level is at its cap.
@@ -262,8 +287,7 @@ pub enum ReplyError {
 }
 
 impl AdmitReply {
-    /// Decodes the reply of a call with one attempt ([`Scripts::admit_call`],
-    /// [`Scripts::retry_only_call`]).
+    /// Decodes the reply of a call with one attempt ([`Scripts::admit_call`]).
     pub fn decode_single(value: Value) -> RedisResult<Self> {
         let mut replies = admit_replies(value, 1);
         decode_attempt(replies.pop().expect("one reply for one attempt"))
@@ -272,13 +296,13 @@ impl AdmitReply {
     /// Decodes one attempt's reply; anything but the documented replies is an error.
     pub fn decode(value: Value) -> Result<Self, ReplyError> {
         match value {
-            Value::Int(-1) => Ok(Self::AlreadyAdmitted),
-            Value::Int(-3) => Ok(Self::LevelFull),
-            Value::Int(-2) => Ok(Self::SoldOut),
-            Value::Int(-4) => Ok(Self::NotARetry),
-            Value::Int(-5) => Ok(Self::Outside(OutsideWindow::NotOpen)),
-            Value::Int(-6) => Ok(Self::Outside(OutsideWindow::Closed)),
-            Value::Int(-7) => Ok(Self::Outside(OutsideWindow::NotLoaded)),
+            Value::Int(-1) => Ok(Self::Refused(ScriptRefusal::AlreadyAdmitted)),
+            Value::Int(-3) => Ok(Self::Refused(ScriptRefusal::LevelFull)),
+            Value::Int(-2) => Ok(Self::Refused(ScriptRefusal::SoldOut)),
+            Value::Int(-4) => Ok(Self::Refused(ScriptRefusal::NotARetry)),
+            Value::Int(-5) => Ok(Self::Refused(ScriptRefusal::Outside(OutsideWindow::NotOpen))),
+            Value::Int(-6) => Ok(Self::Refused(ScriptRefusal::Outside(OutsideWindow::Closed))),
+            Value::Int(-7) => Ok(Self::Refused(ScriptRefusal::Outside(OutsideWindow::NotLoaded))),
             Value::Array(ref items) if items.len() == 4 => {
                 let admitted = (|| {
                     let slot = int(&items[0])?;
@@ -324,10 +348,13 @@ mod tests {
 
     #[test]
     fn admit_replies_decode_into_their_variants() {
-        assert_eq!(AdmitReply::decode(Value::Int(-1)).unwrap(), AdmitReply::AlreadyAdmitted);
-        assert_eq!(AdmitReply::decode(Value::Int(-3)).unwrap(), AdmitReply::LevelFull);
-        assert_eq!(AdmitReply::decode(Value::Int(-2)).unwrap(), AdmitReply::SoldOut);
-        assert_eq!(AdmitReply::decode(Value::Int(-6)).unwrap(), AdmitReply::Outside(OutsideWindow::Closed));
+        assert_eq!(AdmitReply::decode(Value::Int(-1)).unwrap(), AdmitReply::Refused(ScriptRefusal::AlreadyAdmitted));
+        assert_eq!(AdmitReply::decode(Value::Int(-3)).unwrap(), AdmitReply::Refused(ScriptRefusal::LevelFull));
+        assert_eq!(AdmitReply::decode(Value::Int(-2)).unwrap(), AdmitReply::Refused(ScriptRefusal::SoldOut));
+        assert_eq!(
+            AdmitReply::decode(Value::Int(-6)).unwrap(),
+            AdmitReply::Refused(ScriptRefusal::Outside(OutsideWindow::Closed))
+        );
         let admitted = Value::Array(vec![
             Value::Int(7),
             Value::Int(1_800_000_000_000),
@@ -360,6 +387,8 @@ mod tests {
         let a = Admission::from_record(code.clone(), "nonce-123 adm1 12 B1 1800000000000").unwrap();
         assert_eq!((a.slot, a.level.as_str(), a.admitted_ms), (12, "B1", 1_800_000_000_000));
         assert!(Admission::from_record(code.clone(), "nonce-123 adm1 12 B1").is_none());
-        assert!(Admission::from_record(code, "nonce-123 adm1 x B1 1").is_none());
+        assert!(Admission::from_record(code.clone(), "nonce-123 adm1 x B1 1").is_none());
+        assert_eq!(a.to_record(), "nonce-123 adm1 12 B1 1800000000000", "written as it is read");
+        assert_eq!(Admission::from_record(code, &a.to_record()), Some(a));
     }
 }

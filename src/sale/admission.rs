@@ -12,10 +12,10 @@ use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::{now_ms, LevelName};
 use crate::fault_hooks::CrashPoint;
-use crate::redis_io::scripts::OutsideWindow;
+use crate::redis_io::scripts::{OutsideWindow, ScriptRefusal};
 use crate::sale::booking::{Booked, BookingRequest, Refusal};
 use crate::sale::catalog::{EventView, Window};
-use crate::sale::committer::{AdmitCall, CommitError, Committed, ScriptRefusal};
+use crate::sale::committer::{AdmitCall, CommitError, Committed};
 use crate::sale::persister::Persisted;
 use crate::sale::stats::Stats;
 use crate::sale::Sale;
@@ -71,12 +71,10 @@ impl Sale {
     }
 
     async fn allowed(&self, view: &EventView, code: &CodeHash) -> Result<bool, Refusal> {
-        if self.settings.allowlist_in_memory {
-            match self.allowlist.contains(view, code).await {
-                Ok(Some(allowed)) => return Ok(allowed),
-                Ok(None) => {}
-                Err(e) => return Err(self.redis_failed(e)),
-            }
+        match self.allowlist.contains(view, code).await {
+            Ok(Some(allowed)) => return Ok(allowed),
+            Ok(None) => {}
+            Err(e) => return Err(self.redis_failed(e)),
         }
         let mut conn = self.link.shared().await.map_err(|e| self.redis_failed(e))?;
         let allowed: Result<bool, RedisError> =

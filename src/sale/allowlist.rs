@@ -26,7 +26,7 @@ const LOAD_ATTEMPTS_MAX: usize = 3;
 const SCAN_CALLS_MAX: usize = 100_000;
 
 /// One event's allowlist as loaded by one `open`.
-pub struct AllowSet {
+pub(crate) struct AllowSet {
     pub version: String,
     hashes: Vec<[u8; 32]>,
     /// `hashes[starts[p]..starts[p + 1]]` are the hashes whose first two bytes are `p`.
@@ -42,7 +42,8 @@ fn prefix(hash: &[u8; 32]) -> usize {
 
 impl AllowSet {
     /// Builds the set from lowercase hex hashes; anything else is skipped (open only loads hashes).
-    pub fn from_hex<'a>(version: String, hex: impl IntoIterator<Item = &'a str>) -> Self {
+    #[cfg(test)]
+    fn from_hex<'a>(version: String, hex: impl IntoIterator<Item = &'a str>) -> Self {
         Self::from_binary(version, hex.into_iter().filter_map(decode).collect())
     }
 
@@ -60,7 +61,7 @@ impl AllowSet {
         Self { version, hashes, starts }
     }
 
-    pub fn contains(&self, code: &CodeHash) -> bool {
+    pub(crate) fn contains(&self, code: &CodeHash) -> bool {
         decode(code.as_str()).is_some_and(|h| {
             let p = prefix(&h);
             let (from, to) = (self.starts[p] as usize, self.starts[p + 1] as usize);
@@ -68,12 +69,8 @@ impl AllowSet {
         })
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.hashes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.hashes.is_empty()
     }
 }
 

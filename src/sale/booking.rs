@@ -3,6 +3,7 @@
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
 use crate::domain::nonce::Nonce;
+use crate::sale::answer::AnswerStatus;
 
 /// A booking request whose fields have passed the shape gate.
 #[derive(Clone, Debug)]
@@ -14,7 +15,7 @@ pub struct BookingRequest {
 }
 
 /// A seat held for the candidate.
-pub use crate::domain::admission::Seat as Booked;
+pub(crate) use crate::domain::admission::Seat as Booked;
 
 /// Every answer but a seat, each with its HTTP meaning in the edge's error type.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
@@ -38,4 +39,22 @@ pub enum Refusal {
     SoldOut,
     #[error("try again: {0}")]
     Retry(&'static str),
+}
+
+impl Refusal {
+    /// The status this refusal is answered with: the one place the admit path's outcomes meet
+    /// the answer table.
+    pub fn answer(&self) -> AnswerStatus {
+        match self {
+            Refusal::UnknownEvent => AnswerStatus::NotFound,
+            Refusal::UnknownLevel(_) => AnswerStatus::InvalidRequest,
+            Refusal::NotOpen => AnswerStatus::NotOpen,
+            Refusal::Closed => AnswerStatus::Closed,
+            Refusal::NotRegistered => AnswerStatus::NotRegistered,
+            Refusal::AlreadyAdmitted(_) => AnswerStatus::AlreadyAdmitted,
+            Refusal::LevelFull => AnswerStatus::LevelFull,
+            Refusal::SoldOut => AnswerStatus::SoldOut,
+            Refusal::Retry(_) => AnswerStatus::Retry,
+        }
+    }
 }

@@ -20,7 +20,7 @@ use crate::fault_hooks::{BrokenGuard, CrashPoint, FaultPlan};
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::{is_no_replicas, needs_reconnect, RedisLink};
 use crate::redis_io::scripts::{
-    admit_replies, decode_attempt, is_noscript, AdmitArgs, AdmitReply, OutsideWindow, ReplyError, Scripts,
+    admit_replies, decode_attempt, is_noscript, AdmitArgs, AdmitReply, ReplyError, ScriptRefusal, Scripts,
 };
 use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Value};
@@ -53,21 +53,6 @@ pub enum Committed {
     Short(Admission),
     /// The script refused and wrote nothing.
     Refused(ScriptRefusal),
-}
-
-/// The admit script's refusals.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScriptRefusal {
-    /// -1: the code holds a seat under another nonce.
-    AlreadyAdmitted,
-    /// -3
-    LevelFull,
-    /// -2
-    SoldOut,
-    /// -4: a retry-only call that was no retry; the gate's refusal stands.
-    NotARetry,
-    /// -5/-6/-7: outside the window by Redis's clock and state.
-    Outside(OutsideWindow),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -258,11 +243,7 @@ impl Worker {
                         Err(e) => Err(e.clone()),
                     }
                 }
-                (AdmitReply::AlreadyAdmitted, _) => Ok(Committed::Refused(ScriptRefusal::AlreadyAdmitted)),
-                (AdmitReply::LevelFull, _) => Ok(Committed::Refused(ScriptRefusal::LevelFull)),
-                (AdmitReply::SoldOut, _) => Ok(Committed::Refused(ScriptRefusal::SoldOut)),
-                (AdmitReply::NotARetry, _) => Ok(Committed::Refused(ScriptRefusal::NotARetry)),
-                (AdmitReply::Outside(why), _) => Ok(Committed::Refused(ScriptRefusal::Outside(why))),
+                (AdmitReply::Refused(refusal), _) => Ok(Committed::Refused(refusal)),
             })
             .collect()
     }
@@ -330,8 +311,8 @@ impl Worker {
             let acked = waited.map(|reply| self.acked(reply));
             return Ok((replies, acked));
         }
-        let load = self.scripts.admit.load_cmd();
-        load.query_async::<String>(self.connection().await?).await?;
+        let scripts = self.scripts.clone();
+        scripts.admit.load(self.connection().await?).await?;
         let again: Vec<&AdmitCall> = missed.iter().map(|&i| calls[i]).collect();
         for (i, value) in missed.into_iter().zip(self.pipeline(&again, false).await?.0) {
             replies[i] = decode_attempt(value);

@@ -23,7 +23,7 @@ use crate::redis_io::oplock::{LockError, OperatorLock};
 use crate::redis_io::snapshot::RedisSide;
 use crate::sale::stats::Stats;
 use crate::sale::Sale;
-use crate::store::BookingRow;
+use crate::store::{BookingRow, BookingState};
 use anyhow::Context;
 use redis::aio::MultiplexedConnection;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -181,7 +181,7 @@ impl Sale {
             for r in &restored {
                 let now = self.store.booking(id, &r.code).await?;
                 if !now.is_some_and(|n| n.admission_id == r.admission_id && n.holds_seat()) {
-                    gone.push((id.clone(), BookingRow { state: "released".into(), ..(*r).clone() }));
+                    gone.push((id.clone(), BookingRow { state: BookingState::Released, ..(*r).clone() }));
                 }
             }
             if !gone.is_empty() {
@@ -189,8 +189,9 @@ impl Sale {
             }
         }
         if stored.state == "closed" && state != "closed" {
-            let script = redis::Script::new(include_str!("../../lua/close.lua"));
-            let closed: i64 = script.key(&keys.meta).key(&keys.lock).arg(lock.owner()).invoke_async(conn).await?;
+            let script = crate::redis_io::scripts::Script::new(include_str!("../../lua/close.lua"));
+            let call = script.call(&[&keys.meta, &keys.lock], &[lock.owner()]);
+            let closed: i64 = crate::redis_io::scripts::run_as(conn, &script, &call).await?;
             report.closed = closed == 1;
         }
         Ok(Healed::Done(report))
@@ -213,18 +214,18 @@ impl Sale {
 
 /// The admission record of a database row, in the format admit.lua writes.
 fn record_of(r: &BookingRow) -> String {
-    format!("{} {} {} {} {}", r.nonce, r.admission_id, r.slot, r.level, r.admitted_ms)
+    crate::redis_io::scripts::admission_record(&r.nonce, &r.admission_id, r.slot, &r.level, r.admitted_ms)
 }
 
 /// A record the database released, as the release path takes it.
 fn released_row(adm: &Admission) -> BookingRow {
     BookingRow {
         code: adm.code.clone(),
-        nonce: adm.nonce.as_str().to_owned(),
+        nonce: adm.nonce.clone(),
         admission_id: adm.id.clone(),
         slot: adm.slot,
         level: adm.level.clone(),
-        state: "released".into(),
+        state: BookingState::Released,
         admitted_ms: adm.admitted_ms,
         hold_until_ms: 0,
     }

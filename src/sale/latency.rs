@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// Upper bounds of the buckets, in microseconds. They span a fast in-memory refusal (sub-ms) to
 /// a request that waited out the replica acknowledgement and a slow database (seconds).
-pub const BUCKET_BOUNDS_MICROS: [u64; 12] =
+pub(crate) const BUCKET_BOUNDS_MICROS: [u64; 12] =
     [1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000];
 
 /// Counts per bucket (not cumulative; the exposition adds them up), the sum and the count.

@@ -8,7 +8,6 @@
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
-use crate::domain::nonce::Nonce;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::scripts::{self, decode_changed};
 use crate::sale::stats::Stats;
@@ -176,7 +175,7 @@ const RELEASE_SLACK: std::time::Duration = std::time::Duration::from_secs(2);
 fn admission_of(row: &BookingRow) -> Option<Admission> {
     Some(Admission {
         code: row.code.clone(),
-        nonce: Nonce::parse(&row.nonce)?,
+        nonce: row.nonce.clone(),
         id: row.admission_id.clone(),
         slot: row.slot,
         level: row.level.clone(),

@@ -3,17 +3,17 @@
 //! (`admission.rs`), the life of a booking after it (`lifecycle.rs`) and the reaper
 //! (`reaper.rs`) are its methods.
 
-pub mod admission;
-pub mod allowlist;
+pub(crate) mod admission;
+pub(crate) mod allowlist;
 pub mod answer;
-pub mod booking;
+pub(crate) mod booking;
 pub mod catalog;
 pub mod committer;
 pub mod heal;
-pub mod latency;
+pub(crate) mod latency;
 pub mod lifecycle;
 pub mod persister;
-pub mod reaper;
+pub(crate) mod reaper;
 pub mod settle;
 pub mod stats;
 
@@ -46,8 +46,6 @@ pub struct SaleSettings {
     pub commit_batch_max: usize,
     /// Batched database writes of the request path.
     pub persist: PersistPolicy,
-    /// Answer the allowlist gate from an in-memory copy instead of SISMEMBER.
-    pub allowlist_in_memory: bool,
     /// How long the request path waits for its database write before answering `503 retry`
     /// (the admission stays pending: the write may still land, or the reaper settles it).
     pub persist_deadline: Duration,
@@ -62,7 +60,6 @@ impl Default for SaleSettings {
             reaper_interval: Duration::from_secs(1),
             commit_batch_max: crate::sale::committer::BATCH_SIZE_MAX,
             persist: PersistPolicy::default(),
-            allowlist_in_memory: true,
             persist_deadline: Duration::from_secs(2),
         }
     }
@@ -96,18 +93,18 @@ impl SeatReads {
 pub const SEAT_READ_CONNECTIONS: u32 = 2;
 
 pub struct Sale {
-    pub link: Arc<RedisLink>,
-    pub scripts: Arc<Scripts>,
-    pub committer: Committer,
-    pub catalog: Catalog,
-    pub allowlist: AllowCache,
-    pub store: Store,
-    pub persister: Persister,
+    link: Arc<RedisLink>,
+    scripts: Arc<Scripts>,
+    committer: Committer,
+    catalog: Catalog,
+    allowlist: AllowCache,
+    store: Store,
+    persister: Persister,
     /// Where a `409 already_admitted` reads the seat it names.
     seat_reads: SeatReads,
-    pub stats: Arc<Stats>,
-    pub crash: FaultPlan,
-    pub settings: SaleSettings,
+    stats: Arc<Stats>,
+    crash: FaultPlan,
+    settings: SaleSettings,
     /// The connection releases run on, each followed by a `WAIT` that must cover it; kept apart
     /// so a release's `WAIT` never blocks the shared connection.
     release_conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
@@ -116,8 +113,46 @@ pub struct Sale {
 }
 
 impl Sale {
+    pub fn link(&self) -> &Arc<RedisLink> {
+        &self.link
+    }
+
+    pub fn scripts(&self) -> &Arc<Scripts> {
+        &self.scripts
+    }
+
+    pub fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    pub fn allowlist(&self) -> &AllowCache {
+        &self.allowlist
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    pub fn settings(&self) -> &SaleSettings {
+        &self.settings
+    }
+
     /// Wires the parts together and starts the committers (inside the current Tokio runtime).
-    pub fn new(link: Arc<RedisLink>, store: Store, settings: SaleSettings, crash: FaultPlan) -> Self {
+    /// Fails only when SQLite's batch writer cannot open the database file.
+    pub fn new(
+        link: Arc<RedisLink>,
+        store: Store,
+        settings: SaleSettings,
+        crash: FaultPlan,
+    ) -> Result<Self, StoreError> {
         let scripts = Arc::new(Scripts::with_broken_guard(crash.broken_guard));
         let committer = Committer::start_batched(
             link.clone(),
@@ -134,12 +169,12 @@ impl Sale {
             settings.persist,
             Some(PersistedMarks { link: link.clone(), scripts: scripts.clone(), crash: crash.clone() }),
             stats.clone(),
-        );
+        )?;
         let seat_reads = match persister.sqlite_writer() {
             Some(writer) => SeatReads::Writer(writer.clone()),
             None => SeatReads::Pool(store.dedicated(SEAT_READ_CONNECTIONS)),
         };
-        Self {
+        Ok(Self {
             catalog: Catalog::new(link.clone()),
             allowlist: AllowCache::new(link.clone()),
             persister,
@@ -153,7 +188,7 @@ impl Sale {
             settings,
             release_conn: tokio::sync::Mutex::new(None),
             heal_wanted: heal::HealWanted::default(),
-        }
+        })
     }
 
     /// The opened event, or `UnknownEvent`.

@@ -1,9 +1,10 @@
 //! Batched database writes for the request path. Callers hand in their `hold` and wait; a writer
 //! task takes whatever has queued (up to `batch_size_max`, waiting at most `linger` for more when
-//! the queue runs dry early) and writes it with [`Store::hold_batch`]: one transaction, one
-//! SAVEPOINT per booking, one commit. Each caller gets back its own [`HoldOutcome`], the one
-//! [`Store::hold`] would have given it. With SQLite the writers serialise on the file lock anyway,
-//! so one writer with big batches beats many writers waiting on `busy_timeout`.
+//! the queue runs dry early) and writes it in one transaction with one commit, through the
+//! backend's one write path (SQLite's [`SqliteBatchWriter`], PostgreSQL's `seatrush_hold`). Each
+//! caller gets back its own [`HoldOutcome`], the one [`Store::hold`] would have given it. With
+//! SQLite every writer task hands its batches to the one writer thread: the file lock serialises
+//! writers anyway, so big batches beat many writers waiting on `busy_timeout`.
 //!
 //! Once a batch has committed, the writer also drops the pending entries of the bookings it holds
 //! ([`PersistedMarks`]): one script call per event of the batch instead of one per request (issue
@@ -28,35 +29,25 @@ const QUEUE_DEPTH_MAX: usize = 8192;
 /// How the request path writes its bookings.
 #[derive(Clone, Copy, Debug)]
 pub struct PersistPolicy {
-    /// Most bookings per transaction; 0 turns batching off (one transaction per request).
+    /// Most bookings per transaction (at least 1).
     pub batch_size_max: usize,
     /// How long a writer waits for more bookings once the queue is empty and the batch is not full.
     pub linger: Duration,
     /// Writer tasks, each with a transaction of its own in flight.
     pub writers: usize,
-    /// With SQLite, write batches on a connection of its own instead of through sqlx.
-    pub direct_sqlite: bool,
 }
-
-/// Connections of the request path's own pool when batching is off (one transaction per request).
-pub const UNBATCHED_CONNECTIONS_MAX: u32 = 16;
 
 impl PersistPolicy {
     /// Database connections the request path needs: one per writer task (each write answers with
-    /// the database's clock, so nothing else reads), or a small pool when every request writes on
-    /// its own.
+    /// the database's clock, so nothing else reads).
     pub fn connections(&self) -> u32 {
-        if self.batch_size_max == 0 {
-            UNBATCHED_CONNECTIONS_MAX
-        } else {
-            self.writers.max(1) as u32
-        }
+        self.writers.max(1) as u32
     }
 }
 
 impl Default for PersistPolicy {
     fn default() -> Self {
-        Self { batch_size_max: 256, linger: Duration::ZERO, writers: 1, direct_sqlite: true }
+        Self { batch_size_max: 256, linger: Duration::ZERO, writers: 1 }
     }
 }
 
@@ -121,20 +112,18 @@ impl PersistedMarks {
         if noscript {
             // The script cache was emptied (restart, failover): load it and run the batch again;
             // the script is idempotent.
-            self.scripts.persisted.load_cmd().query_async::<String>(&mut conn).await?;
+            self.scripts.persisted.load(&mut conn).await?;
             let _: Vec<Value> = pipe.query_async(&mut conn).await?;
         }
         Ok(())
     }
 }
 
-/// Hands writes to the writers, or writes directly when batching is off.
+/// Hands writes to the writers.
 #[derive(Clone)]
 pub struct Persister {
-    store: Store,
-    queue: Option<mpsc::Sender<Job>>,
-    marks: Option<PersistedMarks>,
-    direct: Option<SqliteBatchWriter>,
+    queue: mpsc::Sender<Job>,
+    sqlite: Option<SqliteBatchWriter>,
 }
 
 impl Persister {
@@ -142,52 +131,43 @@ impl Persister {
     /// With `marks`, each booking the database holds is also marked persisted in Redis before its
     /// caller is answered.
     /// The writers count their batches and their time in `stats`.
-    pub fn start(store: Store, policy: PersistPolicy, marks: Option<PersistedMarks>, stats: Arc<Stats>) -> Self {
-        if policy.batch_size_max == 0 {
-            return Self { store, queue: None, marks, direct: None };
-        }
-        let direct = match store.sqlite_path().filter(|_| policy.direct_sqlite).map(|p| SqliteBatchWriter::open(&p)) {
-            Some(Ok(direct)) => Some(direct),
-            Some(Err(e)) => {
-                // Same SQL, only slower: a working sale beats a refused start.
-                tracing::warn!(error = %e, "cannot open a second SQLite connection; batching through sqlx instead");
-                None
-            }
-            None => None,
-        };
+    ///
+    /// One write path per backend: PostgreSQL's `seatrush_hold` on a connection each writer keeps,
+    /// SQLite's [`SqliteBatchWriter`] (one connection and thread for the process; batches through
+    /// sqlx's SQLite worker reached 5,285 admitted/s against its 14,040, BENCHMARKS.md "Each
+    /// lever on and off").
+    pub fn start(
+        store: Store,
+        policy: PersistPolicy,
+        marks: Option<PersistedMarks>,
+        stats: Arc<Stats>,
+    ) -> Result<Self, StoreError> {
+        let sqlite = store.sqlite_path().map(|path| SqliteBatchWriter::open(&path)).transpose()?;
         let (queue, receiver) = mpsc::channel(QUEUE_DEPTH_MAX);
         let receiver = Arc::new(Mutex::new(receiver));
         for _ in 0..policy.writers.max(1) {
-            // Each PostgreSQL writer keeps a connection of its own; SQLite's share the one file lock.
-            let writer = match (&direct, store.postgres_batch_writer()) {
-                (_, Some(postgres)) => BatchWriter::Postgres(postgres),
-                (Some(direct), None) => BatchWriter::Direct(direct.clone()),
-                (None, None) => BatchWriter::Sqlx(store.clone()),
+            // Each PostgreSQL writer keeps a connection of its own; SQLite's share the one writer.
+            let writer = match (&sqlite, store.postgres_batch_writer()) {
+                (Some(sqlite), _) => BatchWriter::Sqlite(sqlite.clone()),
+                (None, postgres) => {
+                    BatchWriter::Postgres(postgres.expect("a store without an SQLite file is PostgreSQL"))
+                }
             };
             tokio::spawn(write_batches(writer, policy, receiver.clone(), marks.clone(), stats.clone()));
         }
-        Self { store, queue: Some(queue), marks, direct }
+        Ok(Self { queue, sqlite })
     }
 
-    /// SQLite's batch writer, when batches go through it: what it has committed, it reads
-    /// without fetching pages again.
+    /// SQLite's batch writer: what it has committed, it reads without fetching pages again.
     pub fn sqlite_writer(&self) -> Option<&SqliteBatchWriter> {
-        self.direct.as_ref()
+        self.sqlite.as_ref()
     }
 
-    /// The request path's write, batched or not; same outcome either way.
+    /// The request path's write: the outcome [`Store::hold`] gives, written in a batch.
     pub async fn hold(&self, item: HoldItem) -> Result<Persisted, StoreError> {
-        let Some(queue) = &self.queue else {
-            let written = self.store.hold_batch(std::slice::from_ref(&item)).await?;
-            if let Some(marks) = &self.marks {
-                marks.mark(std::slice::from_ref(&item), &written.outcomes).await;
-            }
-            let (outcome, clock_ms) = written.into_only();
-            return outcome.map(|outcome| Persisted { outcome, clock_ms });
-        };
         let (reply, answer) = oneshot::channel();
         let stopped = || StoreError::Batch("the database writer stopped".into());
-        match queue.try_send(Job { item, reply }) {
+        match self.queue.try_send(Job { item, reply }) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => return Err(StoreError::Busy),
             Err(mpsc::error::TrySendError::Closed(_)) => return Err(stopped()),
@@ -197,8 +177,7 @@ impl Persister {
 }
 
 enum BatchWriter {
-    Sqlx(Store),
-    Direct(SqliteBatchWriter),
+    Sqlite(SqliteBatchWriter),
     Postgres(PostgresBatchWriter),
 }
 
@@ -209,15 +188,17 @@ async fn write_batches(
     marks: Option<PersistedMarks>,
     stats: Arc<Stats>,
 ) {
-    let mut batch: Vec<Job> = Vec::with_capacity(policy.batch_size_max);
+    // `recv_many` takes nothing for a limit of 0, which would stop the writer at once.
+    let batch_size_max = policy.batch_size_max.max(1);
+    let mut batch: Vec<Job> = Vec::with_capacity(batch_size_max);
     loop {
         {
             let mut receiver = receiver.lock().await;
-            if receiver.recv_many(&mut batch, policy.batch_size_max).await == 0 {
+            if receiver.recv_many(&mut batch, batch_size_max).await == 0 {
                 return;
             }
-            if !policy.linger.is_zero() && batch.len() < policy.batch_size_max {
-                let room = policy.batch_size_max - batch.len();
+            if !policy.linger.is_zero() && batch.len() < batch_size_max {
+                let room = batch_size_max - batch.len();
                 let _ = tokio::time::timeout(policy.linger, receiver.recv_many(&mut batch, room)).await;
             }
         }
@@ -226,8 +207,7 @@ async fn write_batches(
         let items = Arc::new(items);
         let started = Instant::now();
         let written = match &mut writer {
-            BatchWriter::Sqlx(store) => store.hold_batch(&items).await,
-            BatchWriter::Direct(direct) => direct.hold_batch(items.clone()).await,
+            BatchWriter::Sqlite(sqlite) => sqlite.hold_batch(items.clone()).await,
             BatchWriter::Postgres(postgres) => postgres.hold_batch(&items).await,
         };
         // Whether the writer is the bottleneck (busy time near wall time per writer) and how big

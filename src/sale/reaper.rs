@@ -18,7 +18,7 @@ use redis::RedisResult;
 use std::future::Future;
 
 /// Pending admissions examined per event per pass.
-pub const REAP_BATCH_MAX: isize = 500;
+pub(crate) const REAP_BATCH_MAX: isize = 500;
 
 /// What one pass did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -5,44 +5,56 @@
 //! request path claims it `held` for its admission, the reaper claims it `released` for the same
 //! admission; whichever conditional upsert lands first wins and the other sees the winner's row.
 
+use super::columns::{BookingState, HOLDS_SEAT};
 use super::{on_pool, Store, StoreError};
 use crate::domain::admission::{Admission, Seat};
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
+use crate::domain::nonce::Nonce;
 use std::collections::BTreeMap;
 
-/// A booking as the database holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A booking as the database holds it, decoded by column name (`ROW_COLUMNS`).
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct BookingRow {
+    #[sqlx(rename = "code_hash")]
     pub code: CodeHash,
-    pub nonce: String,
+    pub nonce: Nonce,
     pub admission_id: String,
     pub slot: i64,
     pub level: String,
-    pub state: String,
+    pub state: BookingState,
     pub admitted_ms: i64,
     pub hold_until_ms: i64,
 }
 
-pub(super) type RowTuple = (String, String, String, i64, String, String, i64, i64);
-pub(super) const ROW_COLUMNS: &str = "code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms";
+/// The columns of a [`BookingRow`], in the order the SQLite writer reads them.
+macro_rules! row_columns {
+    () => {
+        "code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms"
+    };
+}
+pub(super) const ROW_COLUMNS: &str = row_columns!();
+/// The booking row of one code (`$1` event, `$2` code hash): the one query for it, on sqlx and
+/// on the SQLite writer's connection alike.
+pub(super) const BOOKING_BY_CODE: &str =
+    concat!("SELECT ", row_columns!(), " FROM bookings WHERE event_id = $1 AND code_hash = $2");
 
-pub(super) fn to_row(t: RowTuple) -> Option<BookingRow> {
-    Some(BookingRow {
-        code: CodeHash::from_hex(&t.0)?,
-        nonce: t.1,
-        admission_id: t.2,
-        slot: t.3,
-        level: t.4,
-        state: t.5,
-        admitted_ms: t.6,
-        hold_until_ms: t.7,
-    })
+/// `release_syncs` as released booking rows with their event, each hold ending at its release.
+const UNSYNCED_COLUMNS: &str =
+    "event_id, code_hash, nonce, admission_id, slot, level, 'released' AS state, admitted_ms,
+     released_ms AS hold_until_ms";
+
+/// A booking row with its event, for the lists that span events.
+#[derive(sqlx::FromRow)]
+struct EventBookingRow {
+    event_id: EventId,
+    #[sqlx(flatten)]
+    row: BookingRow,
 }
 
 impl BookingRow {
     pub fn holds_seat(&self) -> bool {
-        self.state == "held" || self.state == "paid"
+        self.state.holds_seat()
     }
 
     pub fn seat(&self) -> Seat {
@@ -50,7 +62,7 @@ impl BookingRow {
             slot: self.slot,
             level: self.level.clone(),
             hold_until_ms: self.hold_until_ms,
-            paid: self.state == "paid",
+            paid: self.state == BookingState::Paid,
         }
     }
 }
@@ -92,6 +104,11 @@ impl HoldOutcome {
     }
 }
 
+/// Every held or paid row of an event (`$1`), by seat.
+pub(super) fn holders_sql() -> String {
+    format!("SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND {HOLDS_SEAT} ORDER BY slot")
+}
+
 /// Why the request path's upsert changed nothing, judged from the row that stopped it.
 pub(super) fn unclaimed(row: Option<BookingRow>, adm: &Admission) -> HoldOutcome {
     let Some(r) = row else {
@@ -102,7 +119,7 @@ pub(super) fn unclaimed(row: Option<BookingRow>, adm: &Admission) -> HoldOutcome
     match r {
         r if r.admission_id == adm.id && r.holds_seat() => HoldOutcome::AlreadyHeld(seat),
         r if r.admission_id == adm.id => HoldOutcome::ReaperWon,
-        r if r.holds_seat() && r.nonce == adm.nonce.as_str() => HoldOutcome::SameNonceHolds(seat),
+        r if r.holds_seat() && r.nonce == adm.nonce => HoldOutcome::SameNonceHolds(seat),
         r if r.holds_seat() => HoldOutcome::CodeHasSeat(seat),
         // Released for another admission: the upsert would have taken it, so it changed under us.
         _ => HoldOutcome::ReaperWon,
@@ -181,7 +198,6 @@ impl Store {
     /// The reaper's write for an admission that stayed pending too long: claim the row `released`
     /// for it, unless the request path got there first.
     pub async fn reap(&self, event: &EventId, adm: &Admission, now_ms: i64) -> Result<ReapOutcome, StoreError> {
-        let select = format!("SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND code_hash = $2");
         on_pool!(self, pool => {
             // One transaction: the upsert takes the code's row (PostgreSQL locks a conflicting row
             // even when its WHERE refuses the update), so a racing `hold` of this admission waits,
@@ -189,13 +205,13 @@ impl Store {
             let mut tx = pool.begin().await?;
             let claimed = sqlx::query(UPSERT)
                 .bind(event.as_str()).bind(adm.code.as_str()).bind(adm.nonce.as_str()).bind(&adm.id)
-                .bind(adm.slot).bind(&adm.level).bind("released").bind(adm.admitted_ms).bind(adm.admitted_ms).bind(now_ms)
+                .bind(adm.slot).bind(&adm.level).bind(BookingState::Released).bind(adm.admitted_ms).bind(adm.admitted_ms).bind(now_ms)
                 .execute(&mut *tx).await?.rows_affected() == 1;
             let outcome = if claimed {
                 ReapOutcome::Released
             } else {
-                let row: Option<RowTuple> = sqlx::query_as(&select).bind(event.as_str()).bind(adm.code.as_str()).fetch_optional(&mut *tx).await?;
-                match row.and_then(to_row) {
+                let row: Option<BookingRow> = sqlx::query_as(BOOKING_BY_CODE).bind(event.as_str()).bind(adm.code.as_str()).fetch_optional(&mut *tx).await?;
+                match row {
                     Some(r) if r.admission_id == adm.id && r.holds_seat() => ReapOutcome::Persisted,
                     Some(r) if r.admission_id == adm.id => ReapOutcome::AlreadyReleased,
                     _ => ReapOutcome::OtherHolds,
@@ -210,10 +226,8 @@ impl Store {
     }
 
     pub async fn booking(&self, event: &EventId, code: &CodeHash) -> Result<Option<BookingRow>, StoreError> {
-        let sql = format!("SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND code_hash = $2");
         on_pool!(self, pool => {
-            let row: Option<RowTuple> = sqlx::query_as(&sql).bind(event.as_str()).bind(code.as_str()).fetch_optional(pool).await?;
-            Ok(row.and_then(to_row))
+            Ok(sqlx::query_as(BOOKING_BY_CODE).bind(event.as_str()).bind(code.as_str()).fetch_optional(pool).await?)
         })
     }
 
@@ -229,7 +243,7 @@ impl Store {
         }
         Ok(match self.booking(event, code).await? {
             None => PayOutcome::NotFound,
-            Some(r) if r.state == "paid" => PayOutcome::AlreadyPaid,
+            Some(r) if r.state == BookingState::Paid => PayOutcome::AlreadyPaid,
             // released, or held past its hold: the expiry pass is about to release it
             Some(_) => PayOutcome::Released,
         })
@@ -254,7 +268,7 @@ impl Store {
             return Ok(None);
         }
         let condition = match why {
-            Release::Cancel => "state IN ('held', 'paid')",
+            Release::Cancel => HOLDS_SEAT,
             Release::Expired => "state = 'held' AND hold_until_ms <= $4",
         };
         let sql = format!(
@@ -272,7 +286,7 @@ impl Store {
                 "INSERT INTO release_syncs (event_id, code_hash, admission_id, nonce, slot, level, admitted_ms, released_ms)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
             )
-            .bind(event.as_str()).bind(code.as_str()).bind(admission_id).bind(&row.nonce).bind(row.slot).bind(&level)
+            .bind(event.as_str()).bind(code.as_str()).bind(admission_id).bind(row.nonce.as_str()).bind(row.slot).bind(&level)
             .bind(row.admitted_ms).bind(now_ms)
             .execute(&mut *tx).await?;
             sqlx::query(TOMBSTONE).bind(event.as_str()).bind(admission_id).execute(&mut *tx).await?;
@@ -295,10 +309,11 @@ impl Store {
     /// Releases the database has made that no replica has acknowledged yet, oldest first. They
     /// live in `release_syncs`, not on the booking row: a new booking may overwrite the row first.
     pub async fn unsynced_releases(&self, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
-        let sql = "SELECT event_id, code_hash, nonce, admission_id, slot, level, admitted_ms, released_ms
-                   FROM release_syncs ORDER BY released_ms LIMIT $1";
-        let rows = on_pool!(self, pool => sqlx::query_as(sql).bind(limit).fetch_all(pool).await?);
-        Ok(unsynced_rows(rows))
+        let sql = format!("SELECT {UNSYNCED_COLUMNS} FROM release_syncs ORDER BY released_ms LIMIT $1");
+        on_pool!(self, pool => {
+            let rows: Vec<EventBookingRow> = sqlx::query_as(&sql).bind(limit).fetch_all(pool).await?;
+            Ok(rows.into_iter().map(|r| (r.event_id, r.row)).collect())
+        })
     }
 
     /// The events that have releases no replica has acknowledged yet.
@@ -321,20 +336,18 @@ impl Store {
         event: &EventId,
         limit: i64,
     ) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
-        let sql = "SELECT event_id, code_hash, nonce, admission_id, slot, level, admitted_ms, released_ms
-                   FROM release_syncs WHERE event_id = $1 ORDER BY released_ms LIMIT $2";
-        let rows = on_pool!(self, pool => sqlx::query_as(sql).bind(event.as_str()).bind(limit).fetch_all(pool).await?);
-        Ok(unsynced_rows(rows))
+        let sql =
+            format!("SELECT {UNSYNCED_COLUMNS} FROM release_syncs WHERE event_id = $1 ORDER BY released_ms LIMIT $2");
+        on_pool!(self, pool => {
+            let rows: Vec<EventBookingRow> = sqlx::query_as(&sql).bind(event.as_str()).bind(limit).fetch_all(pool).await?;
+            Ok(rows.into_iter().map(|r| (r.event_id, r.row)).collect())
+        })
     }
 
     async fn rows_with_event(&self, sql: &str, arg: i64, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
         on_pool!(self, pool => {
-            #[allow(clippy::type_complexity)] // the flat row `query_as` decodes: event id, then `ROW_COLUMNS`
-            let rows: Vec<(String, String, String, String, i64, String, String, i64, i64)> =
-                sqlx::query_as(sql).bind(arg).bind(limit).fetch_all(pool).await?;
-            Ok(rows.into_iter().filter_map(|(ev, a, b, c, d, e, f, g, h)| {
-                Some((EventId::parse(&ev).ok()?, to_row((a, b, c, d, e, f, g, h))?))
-            }).collect())
+            let rows: Vec<EventBookingRow> = sqlx::query_as(sql).bind(arg).bind(limit).fetch_all(pool).await?;
+            Ok(rows.into_iter().map(|r| (r.event_id, r.row)).collect())
         })
     }
 
@@ -349,25 +362,19 @@ impl Store {
 
     /// Every held or paid row of an event.
     pub async fn seat_holders(&self, event: &EventId) -> Result<Vec<BookingRow>, StoreError> {
-        let sql = format!(
-            "SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND state IN ('held', 'paid') ORDER BY slot"
-        );
-        on_pool!(self, pool => {
-            let rows: Vec<RowTuple> = sqlx::query_as(&sql).bind(event.as_str()).fetch_all(pool).await?;
-            Ok(rows.into_iter().filter_map(to_row).collect())
-        })
+        let sql = holders_sql();
+        on_pool!(self, pool => Ok(sqlx::query_as(&sql).bind(event.as_str()).fetch_all(pool).await?))
     }
 
     /// Held and paid rows per level, counted from the rows themselves (not the counters).
     pub async fn level_counts(&self, event: &EventId) -> Result<BTreeMap<String, LevelCounts>, StoreError> {
         on_pool!(self, pool => {
-            let rows: Vec<(String, String, i64)> = sqlx::query_as(
-                "SELECT level, state, COUNT(*) FROM bookings WHERE event_id = $1 AND state IN ('held', 'paid') GROUP BY level, state",
-            ).bind(event.as_str()).fetch_all(pool).await?;
+            let sql = format!("SELECT level, state, COUNT(*) FROM bookings WHERE event_id = $1 AND {HOLDS_SEAT} GROUP BY level, state");
+            let rows: Vec<(String, BookingState, i64)> = sqlx::query_as(&sql).bind(event.as_str()).fetch_all(pool).await?;
             let mut counts: BTreeMap<String, LevelCounts> = BTreeMap::new();
             for (level, state, n) in rows {
                 let entry = counts.entry(level).or_default();
-                if state == "paid" { entry.paid = n } else { entry.held = n }
+                if state == BookingState::Paid { entry.paid = n } else { entry.held = n }
             }
             Ok(counts)
         })
@@ -394,24 +401,4 @@ impl Store {
             Ok(rows.into_iter().collect())
         })
     }
-}
-
-type UnsyncedTuple = (String, String, String, String, i64, String, i64, i64);
-
-fn unsynced_rows(rows: Vec<UnsyncedTuple>) -> Vec<(EventId, BookingRow)> {
-    rows.into_iter()
-        .filter_map(|(event, code, nonce, admission_id, slot, level, admitted_ms, released_ms)| {
-            let row = BookingRow {
-                code: CodeHash::from_hex(&code)?,
-                nonce,
-                admission_id,
-                slot,
-                level,
-                state: "released".into(),
-                admitted_ms,
-                hold_until_ms: released_ms,
-            };
-            Some((EventId::parse(&event).ok()?, row))
-        })
-        .collect()
 }

@@ -2,7 +2,7 @@
 //! `reconcile`: read in separate statements, a release or hold committing between them would be
 //! counted on one side and not the other, and report drift that is not there (or repair to it).
 
-use super::bookings::{to_row, RowTuple, ROW_COLUMNS};
+use super::bookings::holders_sql;
 use super::{on_pool, BookingRow, Store, StoreError};
 use crate::domain::event::EventId;
 use std::collections::BTreeMap;
@@ -21,9 +21,7 @@ impl Store {
     /// Reads the holders and the counters in one transaction: repeatable read on PostgreSQL; on
     /// SQLite (WAL) every statement of a read transaction sees the snapshot of its first read.
     pub async fn holders_snapshot(&self, event: &EventId) -> Result<HoldersSnapshot, StoreError> {
-        let holders_sql = format!(
-            "SELECT {ROW_COLUMNS} FROM bookings WHERE event_id = $1 AND state IN ('held', 'paid') ORDER BY slot"
-        );
+        let holders_sql = holders_sql();
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             if matches!(self, Store::Postgres(_)) {
@@ -31,11 +29,11 @@ impl Store {
             }
             let (event_taken,): (i64,) = sqlx::query_as("SELECT taken FROM events WHERE id = $1")
                 .bind(event.as_str()).fetch_optional(&mut *tx).await?.ok_or_else(|| StoreError::UnknownEvent(event.to_string()))?;
-            let rows: Vec<RowTuple> = sqlx::query_as(&holders_sql).bind(event.as_str()).fetch_all(&mut *tx).await?;
+            let holders: Vec<BookingRow> = sqlx::query_as(&holders_sql).bind(event.as_str()).fetch_all(&mut *tx).await?;
             let levels: Vec<(String, i64)> = sqlx::query_as("SELECT name, taken FROM levels WHERE event_id = $1")
                 .bind(event.as_str()).fetch_all(&mut *tx).await?;
             tx.commit().await?;
-            Ok(HoldersSnapshot { holders: rows.into_iter().filter_map(to_row).collect(), event_taken, level_taken: levels.into_iter().collect() })
+            Ok(HoldersSnapshot { holders, event_taken, level_taken: levels.into_iter().collect() })
         })
     }
 }

@@ -1,5 +1,6 @@
 //! Events, their levels and their allowlists in the database.
 
+use super::columns::HOLDS_SEAT;
 use super::{on_pool, Store, StoreError};
 use crate::domain::code::CodeHash;
 use crate::domain::event::{EventId, EventSpec, LevelName};
@@ -35,7 +36,7 @@ impl Store {
                 return Err(StoreError::EventOpen(id.to_owned()));
             }
             let (beyond,): (i64,) = sqlx::query_as(
-                "SELECT COUNT(*) FROM bookings WHERE event_id = $1 AND state IN ('held', 'paid') AND slot > $2",
+                &format!("SELECT COUNT(*) FROM bookings WHERE event_id = $1 AND {HOLDS_SEAT} AND slot > $2"),
             ).bind(id).bind(spec.total_seats).fetch_one(&mut *tx).await?;
             if beyond > 0 {
                 return Err(StoreError::Refused(format!(
@@ -196,19 +197,11 @@ impl Store {
         })
     }
 
-    pub async fn is_allowed(&self, id: &EventId, hash: &CodeHash) -> Result<bool, StoreError> {
+    /// Ids of the open events (the only state anyone asks for).
+    pub async fn open_events(&self) -> Result<Vec<EventId>, StoreError> {
         on_pool!(self, pool => {
-            let row: Option<(i64,)> = sqlx::query_as("SELECT CAST(1 AS BIGINT) FROM allowlist WHERE event_id = $1 AND code_hash = $2")
-                .bind(id.as_str()).bind(hash.as_str()).fetch_optional(pool).await?;
-            Ok(row.is_some())
-        })
-    }
-
-    /// Ids of events in a given state.
-    pub async fn events_in_state(&self, state: &str) -> Result<Vec<EventId>, StoreError> {
-        on_pool!(self, pool => {
-            let rows: Vec<(String,)> = sqlx::query_as("SELECT id FROM events WHERE state = $1 ORDER BY id")
-                .bind(state).fetch_all(pool).await?;
+            let rows: Vec<(String,)> = sqlx::query_as("SELECT id FROM events WHERE state = 'open' ORDER BY id")
+                .fetch_all(pool).await?;
             Ok(rows.into_iter().filter_map(|(id,)| EventId::parse(&id).ok()).collect())
         })
     }

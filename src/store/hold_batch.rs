@@ -7,20 +7,25 @@
 //!   (issue 10: a quarter of SQLite's admitted/s). Its current definition is migration 0006
 //!   (0005's one INSERT for the batch, and 0003's sub-block per booking when anything refuses one;
 //!   planned once, and checking each level row itself instead of a foreign-key query per booking).
-//! - SQLite: the statements in [`sqlite_sql`], run through sqlx here and by the direct writer
-//!   (`sqlite_batch.rs`), each booking in a SAVEPOINT of its own.
+//! - SQLite: the statements in [`sqlite_sql`], run by the batch writer (`sqlite_batch.rs`) on a
+//!   rusqlite connection of its own: an upsert per booking and the counters once, or each booking
+//!   in a SAVEPOINT of its own when one is refused. sqlx's SQLite driver hands every statement to
+//!   a worker thread, and batching through it reached 5,285 admitted/s against the writer's
+//!   14,040 (BENCHMARKS.md, "Each lever on and off"), so there is no sqlx `hold` for SQLite.
 //!
 //! Either way a booking the database refuses is rolled back alone while the rest of the batch
 //! commits, every booking gets the outcome it would have had alone, and one commit covers the
 //! batch. The hold runs from the write, by the database's clock.
 
-use super::bookings::{to_row, unclaimed, BookingRow, RowTuple};
+use super::bookings::{unclaimed, BookingRow};
+use super::columns::BookingState;
 use super::{HoldOutcome, Store, StoreError};
-use crate::domain::admission::{Admission, Seat};
+use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
+use crate::domain::nonce::Nonce;
 use sqlx::pool::PoolConnection;
-use sqlx::{Acquire, PgExecutor, PgPool, Postgres, SqlitePool};
+use sqlx::{PgExecutor, PgPool, Postgres};
 
 /// One request-path write, as [`Store::hold`] takes it.
 #[derive(Clone, Debug)]
@@ -55,26 +60,23 @@ impl Written {
     }
 }
 
-/// SQLite's `hold`, statement by statement, for sqlx and rusqlite alike ($N placeholders work in both).
+/// SQLite's `hold`, statement by statement, as the batch writer (`sqlite_batch.rs`) runs them.
 pub(super) mod sqlite_sql {
-    /// Touches the counter rows first so the transaction's first statement writes: SQLite takes
-    /// its write lock up front instead of failing a lock upgrade.
-    pub const LOCK_LEVEL: &str = "UPDATE levels SET taken = taken WHERE event_id = $1 AND name = $2";
-    pub const LOCK_EVENT: &str = "UPDATE events SET taken = taken WHERE id = $1";
+    /// The row that stopped the upsert.
+    pub(in crate::store) use crate::store::bookings::BOOKING_BY_CODE;
     /// Claims the row, bound with state `held`: the arbiter's upsert, shared with the reaper.
     pub(in crate::store) use crate::store::bookings::UPSERT;
-    /// The row that stopped the upsert.
-    pub const SELECT_ROW: &str = "SELECT code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms FROM bookings WHERE event_id = $1 AND code_hash = $2";
     /// Counts one more held seat against the level / the event, unless that would pass its cap.
-    pub const COUNT_LEVEL: &str =
+    pub(crate) const COUNT_LEVEL: &str =
         "UPDATE levels SET taken = taken + 1 WHERE event_id = $1 AND name = $2 AND taken < cap";
-    pub const COUNT_EVENT: &str = "UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats";
+    pub(crate) const COUNT_EVENT: &str = "UPDATE events SET taken = taken + 1 WHERE id = $1 AND taken < total_seats";
     /// The direct writer's fast path: a whole batch's held seats counted at once (?3 / ?2: how
     /// many), unless that would pass the cap. `?N`, not `$N`: SQLite numbers `$N` parameters in
     /// the order they first appear, so `$3` before `$1` would bind the wrong values.
-    pub const COUNT_LEVEL_BY: &str =
+    pub(crate) const COUNT_LEVEL_BY: &str =
         "UPDATE levels SET taken = taken + ?3 WHERE event_id = ?1 AND name = ?2 AND taken + ?3 <= cap";
-    pub const COUNT_EVENT_BY: &str = "UPDATE events SET taken = taken + ?2 WHERE id = ?1 AND taken + ?2 <= total_seats";
+    pub(crate) const COUNT_EVENT_BY: &str =
+        "UPDATE events SET taken = taken + ?2 WHERE id = ?1 AND taken + ?2 <= total_seats";
 }
 
 /// PostgreSQL's `hold`: every booking of the batch in one call (binds: arrays of events, codes,
@@ -84,7 +86,7 @@ pub(super) mod sqlite_sql {
 /// it after the function's rows are all in), before the commit.
 const POSTGRES_HOLD: &str =
     "SELECT outcome, code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms,
-            (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+            (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS clock_ms
      FROM seatrush_hold($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
 /// The levels and events of a batch, sorted, each once: the order counter rows are locked in.
@@ -114,7 +116,10 @@ impl Store {
         }
         match self {
             Store::Postgres(pool) => hold_postgres(pool, items).await,
-            Store::Sqlite(pool) => hold_sqlite(pool, items).await,
+            Store::Sqlite(pool) => {
+                let path = pool.connect_options().get_filename().to_path_buf();
+                super::sqlite_batch::write_on_a_connection_of_its_own(path, items.to_vec()).await
+            }
         }
     }
 }
@@ -134,7 +139,7 @@ pub(super) struct BatchShape<'a> {
 }
 
 impl<'a> BatchShape<'a> {
-    pub fn of(items: &'a [HoldItem]) -> Self {
+    pub(super) fn of(items: &'a [HoldItem]) -> Self {
         let (levels, events) = lock_order(items);
         let place = |found: Result<usize, usize>| found.expect("lock_order lists every booking's level and event");
         let at_level = items
@@ -158,19 +163,21 @@ fn repeats(items: &[HoldItem]) -> bool {
     codes.len() < items.len() || seats.len() < items.len()
 }
 
-/// A row of `POSTGRES_HOLD`: the function's row, then the clock.
-type PostgresHoldRow = (
-    String,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<i64>,
-    Option<String>,
-    Option<String>,
-    Option<i64>,
-    Option<i64>,
-    i64,
-);
+/// A row of `POSTGRES_HOLD`: the function's outcome, the row that decided it (none: NULLs; for
+/// an 'error' outcome `state` holds the message, so it is read as text), then the clock.
+#[derive(sqlx::FromRow)]
+struct PostgresHoldRow {
+    outcome: String,
+    code_hash: Option<CodeHash>,
+    nonce: Option<Nonce>,
+    admission_id: Option<String>,
+    slot: Option<i64>,
+    level: Option<String>,
+    state: Option<String>,
+    admitted_ms: Option<i64>,
+    hold_until_ms: Option<i64>,
+    clock_ms: i64,
+}
 
 /// A PostgreSQL batch writer on a connection of its own, kept from one batch to the next.
 ///
@@ -239,107 +246,43 @@ async fn hold_postgres<'c>(executor: impl PgExecutor<'c>, items: &[HoldItem]) ->
         .await?;
     // The function answers each booking once, in order; anything else is a bug in it.
     assert_eq!(rows.len(), items.len(), "seatrush_hold answers one row per booking");
-    let clock_ms = rows.iter().map(|row| row.9).max().expect("a batch is never empty here");
+    let clock_ms = rows.iter().map(|row| row.clock_ms).max().expect("a batch is never empty here");
     let outcomes = rows.into_iter().zip(items).map(|(row, item)| postgres_outcome(row, &item.admission)).collect();
     Ok(Written { outcomes, clock_ms })
 }
 
 /// One row of `seatrush_hold` as the outcome `hold` gives; an unknown outcome is an error.
 fn postgres_outcome(row: PostgresHoldRow, adm: &Admission) -> Result<HoldOutcome, StoreError> {
-    let (outcome, code, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms, _clock_ms) = row;
-    let found = || -> Option<BookingRow> {
-        Some(BookingRow {
-            code: CodeHash::from_hex(code.as_deref()?)?,
-            nonce: nonce.clone()?,
-            admission_id: admission_id.clone()?,
-            slot: slot?,
-            level: level.clone()?,
-            state: state.clone()?,
-            admitted_ms: admitted_ms?,
-            hold_until_ms: hold_until_ms?,
-        })
+    let found = || -> Result<Option<BookingRow>, StoreError> {
+        let Some(code) = row.code_hash.clone() else { return Ok(None) };
+        let state = row.state.as_deref().map(|s| {
+            BookingState::parse(s).ok_or_else(|| StoreError::Batch(format!("seatrush_hold: unknown state {s:?}")))
+        });
+        let missing = || StoreError::Batch("seatrush_hold: a row with NULL columns".into());
+        Ok(Some(BookingRow {
+            code,
+            nonce: row.nonce.clone().ok_or_else(missing)?,
+            admission_id: row.admission_id.clone().ok_or_else(missing)?,
+            slot: row.slot.ok_or_else(missing)?,
+            level: row.level.clone().ok_or_else(missing)?,
+            state: state.ok_or_else(missing)??,
+            admitted_ms: row.admitted_ms.ok_or_else(missing)?,
+            hold_until_ms: row.hold_until_ms.ok_or_else(missing)?,
+        }))
     };
-    match outcome.as_str() {
+    match row.outcome.as_str() {
         "held" => {
             let row =
-                found().ok_or_else(|| StoreError::Batch("seatrush_hold: a held booking without its row".into()))?;
+                found()?.ok_or_else(|| StoreError::Batch("seatrush_hold: a held booking without its row".into()))?;
             Ok(HoldOutcome::Held(row.seat()))
         }
-        "unclaimed" => Ok(unclaimed(found(), adm)),
+        "unclaimed" => Ok(unclaimed(found()?, adm)),
         "seat_taken" => Ok(HoldOutcome::SeatTaken),
         "level_full" => Ok(HoldOutcome::LevelFull),
         "sold_out" => Ok(HoldOutcome::SoldOut),
-        "error" => Err(StoreError::Batch(format!("the database refused this booking: {}", state.unwrap_or_default()))),
+        "error" => {
+            Err(StoreError::Batch(format!("the database refused this booking: {}", row.state.unwrap_or_default())))
+        }
         other => Err(StoreError::Batch(format!("seatrush_hold: unknown outcome {other:?}"))),
     }
-}
-
-async fn hold_sqlite(pool: &SqlitePool, items: &[HoldItem]) -> Result<Written, StoreError> {
-    use sqlite_sql::*;
-    let mut tx = pool.begin().await?;
-    let (levels, events) = lock_order(items);
-    for (event, level) in &levels {
-        sqlx::query(LOCK_LEVEL).bind(*event).bind(*level).execute(&mut *tx).await?;
-    }
-    for event in &events {
-        sqlx::query(LOCK_EVENT).bind(*event).execute(&mut *tx).await?;
-    }
-    // SQLite's clock is this host's (see `Store::clock_ms`), read once the write lock is ours.
-    let now_ms = crate::domain::event::now_ms();
-    let mut outcomes = Vec::with_capacity(items.len());
-    for item in items {
-        let (event, adm) = (item.event.as_str(), &item.admission);
-        let hold_until_ms = now_ms + item.hold_ms;
-        let mut booking = (&mut tx).begin().await?;
-        let upsert = sqlx::query(UPSERT)
-            .bind(event)
-            .bind(adm.code.as_str())
-            .bind(adm.nonce.as_str())
-            .bind(&adm.id)
-            .bind(adm.slot)
-            .bind(&adm.level)
-            .bind("held")
-            .bind(adm.admitted_ms)
-            .bind(hold_until_ms)
-            .bind(now_ms)
-            .execute(&mut *booking)
-            .await;
-        let outcome = match upsert {
-            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => Ok(HoldOutcome::SeatTaken),
-            Err(e) => Err(e.into()),
-            Ok(done) if done.rows_affected() == 0 => {
-                let row: Option<RowTuple> = sqlx::query_as(SELECT_ROW)
-                    .bind(event)
-                    .bind(adm.code.as_str())
-                    .fetch_optional(&mut *booking)
-                    .await?;
-                Ok(unclaimed(row.and_then(to_row), adm))
-            }
-            Ok(_)
-                if sqlx::query(COUNT_LEVEL)
-                    .bind(event)
-                    .bind(&adm.level)
-                    .execute(&mut *booking)
-                    .await?
-                    .rows_affected()
-                    == 0 =>
-            {
-                Ok(HoldOutcome::LevelFull)
-            }
-            Ok(_) if sqlx::query(COUNT_EVENT).bind(event).execute(&mut *booking).await?.rows_affected() == 0 => {
-                Ok(HoldOutcome::SoldOut)
-            }
-            Ok(_) => {
-                Ok(HoldOutcome::Held(Seat { slot: adm.slot, level: adm.level.clone(), hold_until_ms, paid: false }))
-            }
-        };
-        if matches!(outcome, Ok(HoldOutcome::Held(_))) {
-            booking.commit().await?;
-        } else {
-            booking.rollback().await?;
-        }
-        outcomes.push(outcome);
-    }
-    tx.commit().await?;
-    Ok(Written { outcomes, clock_ms: now_ms })
 }

@@ -4,6 +4,7 @@
 
 mod audit;
 mod bookings;
+mod columns;
 mod consistent;
 mod events;
 mod hold_batch;
@@ -11,6 +12,7 @@ mod sqlite_batch;
 
 pub use audit::AuditEntry;
 pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome, Release};
+pub use columns::BookingState;
 pub use consistent::HoldersSnapshot;
 pub use events::StoredEvent;
 pub use hold_batch::{HoldItem, PostgresBatchWriter, Written};

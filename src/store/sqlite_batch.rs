@@ -14,12 +14,14 @@
 //! a cap, a code or seat named twice, or any error rolls the whole transaction back and the
 //! one-at-a-time path decides every booking again, exactly as before.
 
-use super::bookings::{to_row, unclaimed, BookingRow, RowTuple};
+use super::bookings::{unclaimed, BookingRow};
+use super::columns::BookingState;
 use super::hold_batch::{sqlite_sql, BatchShape, Outcomes, Written};
 use super::{HoldItem, HoldOutcome, StoreError};
 use crate::domain::admission::Seat;
 use crate::domain::code::CodeHash;
 use crate::domain::event::{now_ms, EventId};
+use crate::domain::nonce::Nonce;
 use rusqlite::{params, Connection, TransactionBehavior};
 use std::path::Path;
 use std::sync::Arc;
@@ -49,7 +51,7 @@ enum Request {
     /// keeps its page cache from one of its own commits to the next; a reader's connection drops
     /// its cache whenever the WAL has changed, which under a sale is before nearly every read, and
     /// through sqlx each such read fetched about seven pages again (issue 10).
-    Booking(EventId, CodeHash, tokio::sync::oneshot::Sender<rusqlite::Result<Option<RowTuple>>>),
+    Booking(EventId, CodeHash, tokio::sync::oneshot::Sender<rusqlite::Result<Option<BookingRow>>>),
 }
 
 /// One SQLite connection used only for batched holds (and the `409` seat reads between them), on
@@ -113,8 +115,24 @@ impl SqliteBatchWriter {
     pub async fn booking(&self, event: &EventId, code: &CodeHash) -> Result<Option<BookingRow>, StoreError> {
         let (reply, found) = tokio::sync::oneshot::channel();
         self.batches.send(Request::Booking(event.clone(), code.clone(), reply)).map_err(|_| stopped())?;
-        Ok(found.await.map_err(|_| stopped())?.map_err(sql_error)?.and_then(to_row))
+        found.await.map_err(|_| stopped())?.map_err(sql_error)
     }
+}
+
+/// The batch writer's write on a connection opened for it alone, for [`super::Store::hold_batch`]:
+/// the same statements and outcomes without the writer's thread and checkpointer, for callers
+/// outside the request path (its one writer is the persister's).
+pub(super) async fn write_on_a_connection_of_its_own(
+    path: std::path::PathBuf,
+    items: Vec<HoldItem>,
+) -> Result<Written, StoreError> {
+    let written = tokio::task::spawn_blocking(move || {
+        let mut conn = Connection::open(&path)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+        write(&mut conn, &items)
+    });
+    written.await.map_err(|e| StoreError::Batch(format!("the SQLite write panicked: {e}")))?.map_err(sql_error)
 }
 
 fn stopped() -> StoreError {
@@ -304,9 +322,25 @@ fn write_at_once(
     Ok(Some(outcomes))
 }
 
-fn read_row(conn: &Connection, event: &str, code: &str) -> rusqlite::Result<Option<RowTuple>> {
-    let found = conn.prepare_cached(sqlite_sql::SELECT_ROW)?.query_row(params![event, code], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?))
+/// The booking row of a code; a value that does not parse is an error, as it is through sqlx.
+fn read_row(conn: &Connection, event: &str, code: &str) -> rusqlite::Result<Option<BookingRow>> {
+    fn parsed<T>(r: &rusqlite::Row<'_>, at: usize, parse: impl FnOnce(&str) -> Option<T>) -> rusqlite::Result<T> {
+        let text: String = r.get(at)?;
+        parse(&text).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(at, rusqlite::types::Type::Text, format!("{text:?}").into())
+        })
+    }
+    let found = conn.prepare_cached(sqlite_sql::BOOKING_BY_CODE)?.query_row(params![event, code], |r| {
+        Ok(BookingRow {
+            code: parsed(r, 0, CodeHash::from_hex)?,
+            nonce: parsed(r, 1, Nonce::parse)?,
+            admission_id: r.get(2)?,
+            slot: r.get(3)?,
+            level: r.get(4)?,
+            state: parsed(r, 5, BookingState::parse)?,
+            admitted_ms: r.get(6)?,
+            hold_until_ms: r.get(7)?,
+        })
     });
     match found {
         Ok(row) => Ok(Some(row)),
@@ -353,16 +387,13 @@ fn claim(tx: &rusqlite::Transaction<'_>, item: &HoldItem, now_ms: i64) -> rusqli
         adm.id,
         adm.slot,
         adm.level,
-        "held",
+        BookingState::Held.as_str(),
         adm.admitted_ms,
         now_ms + item.hold_ms,
         now_ms
     ])?;
     if claimed == 0 {
-        return Ok(Some(unclaimed(
-            read_row(tx, item.event.as_str(), item.admission.code.as_str())?.and_then(to_row),
-            adm,
-        )));
+        return Ok(Some(unclaimed(read_row(tx, item.event.as_str(), item.admission.code.as_str())?, adm)));
     }
     Ok(None)
 }

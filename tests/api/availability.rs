@@ -67,7 +67,7 @@ async fn a_poll_that_changed_nothing_is_a_304_and_a_booking_changes_the_tag_with
         assert!(Instant::now() < deadline, "the availability answer never showed the booking");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let stats = app.sale.stats.snapshot();
+    let stats = app.sale.stats().snapshot();
     assert!(stats["availability_not_modified"] >= 1 && stats["availability_answered"] >= 2, "{stats:?}");
 }
 
@@ -83,7 +83,7 @@ async fn a_crowd_of_polls_reads_redis_about_once_a_second() {
     for poll in futures::future::join_all(polls).await {
         assert_eq!(poll.unwrap(), 200);
     }
-    let refreshes = app.sale.stats.snapshot()["availability_refreshes"];
+    let refreshes = app.sale.stats().snapshot()["availability_refreshes"];
     // One read per second the crowd lasted (single flight), never one per poll.
     let seconds = started.elapsed().as_secs() + 1;
     assert!(refreshes >= 1 && refreshes <= seconds, "{refreshes} snapshot reads for 400 polls in {seconds} s");

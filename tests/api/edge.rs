@@ -80,7 +80,7 @@ async fn trickling_bodies_hold_no_work_permit_and_real_bookings_are_admitted_at_
     assert!(read.is_ok(), "the trickling connection was not answered");
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 408") && answer.contains("\"body_timeout\""), "{answer}");
-    assert!(app.sale.stats.snapshot()["body_timeouts"] >= 1);
+    assert!(app.sale.stats().snapshot()["body_timeouts"] >= 1);
     app.assert_invariants().await;
 }
 
@@ -131,7 +131,7 @@ async fn connections_past_the_cap_are_closed_as_soon_as_they_are_accepted() {
     let mut extra = TcpStream::connect(address(&app)).await.unwrap();
     let _ = extra.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert!(closed_within(&mut extra, Duration::from_secs(2)).await.is_some(), "the fourth connection was served");
-    assert!(app.sale.stats.snapshot()["connections_refused"] >= 1);
+    assert!(app.sale.stats().snapshot()["connections_refused"] >= 1);
     drop(held);
     // Once the held ones close, a new connection is served again.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -245,7 +245,7 @@ async fn an_exam_centre_behind_one_address_with_ordinary_typos_is_never_locked_o
         admitted += 1;
     }
     assert_eq!(admitted, 200);
-    assert_eq!(app.sale.stats.snapshot()["guessers_penalised"], 0);
+    assert_eq!(app.sale.stats().snapshot()["guessers_penalised"], 0);
     app.assert_invariants().await;
 }
 
@@ -262,7 +262,7 @@ async fn liveness_does_no_io_and_readiness_asks_at_most_once_a_second_whatever_t
     for call in calls {
         assert_eq!(call.await.unwrap(), 200);
     }
-    let checks = app.sale.stats.snapshot()["readiness_checks"];
+    let checks = app.sale.stats().snapshot()["readiness_checks"];
     let seconds = started.elapsed().as_secs() + 1;
     assert!((1..=seconds).contains(&checks), "{checks} readiness checks in {seconds} s for 200 callers");
     // Liveness answers while Redis is frozen, and asks nothing.
@@ -271,7 +271,7 @@ async fn liveness_does_no_io_and_readiness_asks_at_most_once_a_second_whatever_t
         tokio::time::timeout(Duration::from_secs(2), app.client.get(format!("{}/healthz", app.url)).send()).await;
     app.primary.resume();
     assert_eq!(live.expect("healthz waited on Redis").unwrap().status().as_u16(), 200);
-    assert_eq!(app.sale.stats.snapshot()["readiness_checks"], checks);
+    assert_eq!(app.sale.stats().snapshot()["readiness_checks"], checks);
 }
 
 #[tokio::test]
@@ -314,7 +314,7 @@ async fn wrong_tokens_are_limited_per_address_and_every_payment_and_cancel_is_au
     assert_eq!(summary, [("payment", "not_found"), ("cancel", "done"), ("payment", "done")], "newest first");
     assert_eq!(trail[1].code_hash, app.hash("CODE-00001").as_str());
     assert!(trail.iter().all(|a| a.client == "127.0.0.1" && !a.code_hash.contains("CODE")));
-    assert_eq!(app.sale.stats.snapshot()["operator_refusals"], 4);
+    assert_eq!(app.sale.stats().snapshot()["operator_refusals"], 4);
 }
 
 #[tokio::test]

@@ -145,7 +145,7 @@ async fn before_opens_at_is_not_open_and_after_closes_at_is_closed() {
 async fn close_stops_the_sale_within_the_catalog_refresh() {
     let app = spawn_app(AppOptions::default()).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("n")).await.status, 201);
-    let mut conn = app.sale.link.check().await.unwrap();
+    let mut conn = app.sale.link().check().await.unwrap();
     seatrush::ops::loader::close_event(&mut conn, &app.store, &app.event).await.unwrap();
     tokio::time::sleep(seatrush::sale::catalog::CATALOG_TTL * 2).await;
     let a = app.book("CODE-00002", "A1", &nonce("n")).await;
@@ -166,7 +166,7 @@ async fn a_code_not_on_the_allowlist_is_not_registered() {
 async fn an_event_opened_while_serving_is_served_without_a_restart() {
     let app = spawn_app(AppOptions { open: false, ..Default::default() }).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("n")).await.status, 404);
-    let mut conn = app.sale.link.check().await.unwrap();
+    let mut conn = app.sale.link().check().await.unwrap();
     seatrush::ops::loader::open_event(&mut conn, &app.store, &app.event).await.unwrap();
     tokio::time::sleep(seatrush::sale::catalog::CATALOG_TTL * 2).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("n")).await.status, 201);
@@ -176,7 +176,7 @@ async fn an_event_opened_while_serving_is_served_without_a_restart() {
 async fn open_refuses_a_redis_that_may_evict() {
     let app = spawn_app(AppOptions { open: false, ..Default::default() }).await;
     app.redis::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru"));
-    let mut conn = app.sale.link.check().await.unwrap();
+    let mut conn = app.sale.link().check().await.unwrap();
     let err = seatrush::ops::loader::open_event(&mut conn, &app.store, &app.event).await.unwrap_err().to_string();
     assert!(err.contains("noeviction") && err.contains("CONFIG SET maxmemory-policy noeviction"), "{err}");
     assert_eq!(app.redis::<i64>(redis::cmd("EXISTS").arg(&app.keys.meta)), 0, "nothing was loaded");

@@ -33,7 +33,7 @@ fn lose_release(app: &TestApp, r: &BookingRow) {
 }
 
 async fn drift(app: &TestApp) -> Vec<String> {
-    reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap()
+    reconcile::reconcile(&app.sale.link(), &app.store, &app.event, false).await.unwrap()
 }
 
 /// The figure, as a promoted replica leaves it: 20 bookings and 5 cancels acknowledged,
@@ -124,7 +124,7 @@ async fn an_admission_in_flight_is_left_to_the_arbiter() {
         admission_id: uuid::Uuid::new_v4().simple().to_string(),
         retry_only: false,
     };
-    let Ok(Committed::Acked(x)) = app.sale.committer.admit(call).await else { panic!("admitted") };
+    let Ok(Committed::Acked(x)) = app.sale.committer().admit(call).await else { panic!("admitted") };
     let Healed::Done(report) = app.sale.heal_event(&app.event).await.unwrap() else { panic!("healed") };
     assert_eq!((report.restored, report.in_flight), (0, 1));
     let held: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(w.code.as_str()));
@@ -139,7 +139,7 @@ async fn an_admission_in_flight_is_left_to_the_arbiter() {
 #[tokio::test]
 async fn a_lost_close_is_put_back() {
     let app = spawn_app(AppOptions::default()).await;
-    let mut conn = app.sale.link.check().await.unwrap();
+    let mut conn = app.sale.link().check().await.unwrap();
     loader::close_event(&mut conn, &app.store, &app.event).await.unwrap();
     app.redis::<()>(redis::cmd("HSET").arg(&app.keys.meta).arg("state").arg("open"));
     let Healed::Done(report) = app.sale.heal_event(&app.event).await.unwrap() else { panic!("healed") };

@@ -161,7 +161,7 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
     let state = ops::build_app(&connections, &serve).await.unwrap();
     let sale = state.sale.clone();
     drop(setup_store);
-    let store = sale.store.clone();
+    let store = sale.store().clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
@@ -259,7 +259,7 @@ impl TestApp {
     }
 
     pub async fn invariant_violations(&self) -> Vec<String> {
-        let mut conn = self.sale.link.check().await.unwrap();
+        let mut conn = self.sale.link().check().await.unwrap();
         seatrush_lab::invariants::violations(&mut conn, &self.store, &self.event).await.unwrap()
     }
 }

@@ -22,7 +22,7 @@ async fn acknowledged(app: &TestApp, code: &str, n: &str) -> Admission {
         admission_id: uuid::Uuid::new_v4().simple().to_string(),
         retry_only: false,
     };
-    match app.sale.committer.admit(call).await.unwrap() {
+    match app.sale.committer().admit(call).await.unwrap() {
         Committed::Acked(admission) => admission,
         other => panic!("{other:?}"),
     }
@@ -103,7 +103,7 @@ async fn the_database_answers_a_retry_by_its_nonce(backend: Backend) {
     assert_eq!(other.status_str(), "already_admitted", "another nonce is still refused");
 
     // Redis lost data: reconcile restores it from the database, and nothing is left over.
-    reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    reconcile::reconcile(app.sale.link(), &app.store, &app.event, true).await.unwrap();
     app.assert_invariants().await;
 }
 
@@ -157,7 +157,7 @@ async fn a_retry_is_recognised_before_the_closed_gate_refuses_it() {
     let n = nonce("lost-reply");
     let booked = app.book("CODE-00001", "A1", &n).await;
     assert_eq!(booked.status, 201);
-    loader::close_event(&mut app.sale.link.check().await.unwrap(), &app.store, &app.event).await.unwrap();
+    loader::close_event(&mut app.sale.link().check().await.unwrap(), &app.store, &app.event).await.unwrap();
     let closed = wait_for_refusal(&app, "CODE-00002", "closed").await;
     assert_eq!(closed.status, 403);
 
@@ -229,7 +229,7 @@ async fn a_stale_expiry_list_never_releases_a_fresh_hold(backend: Backend) {
         assert!(app.store.release(event, &row.code, &row.admission_id, Release::Expired).await.unwrap().is_none());
     }
     let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
-    assert_eq!(row.state, "held", "the fresh hold stands");
+    assert_eq!(row.state, seatrush::store::BookingState::Held, "the fresh hold stands");
     app.assert_invariants().await;
 }
 
@@ -258,7 +258,12 @@ async fn a_cancel_racing_a_payment_never_leaves_a_paid_booking_it_called_release
         );
         let row = app.store.booking(&app.event, &app.hash(&code)).await.unwrap().unwrap();
         assert_eq!(cancel.status, 200, "{code}: a cancel of a held or paid booking succeeds: {:?}", cancel.body);
-        assert_eq!(row.state, "released", "{code}: the cancel won, whatever the payment did ({})", pay.status);
+        assert_eq!(
+            row.state,
+            seatrush::store::BookingState::Released,
+            "{code}: the cancel won, whatever the payment did ({})",
+            pay.status
+        );
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     app.sale.sync_releases_once().await.unwrap();
@@ -389,7 +394,7 @@ async fn a_paid_seat_is_the_answer_to_a_retry_after_its_payment_window(backend: 
     assert_eq!((retry.status, retry.status_str()), (201, "admitted"), "{:?}", retry.body);
     assert_eq!(retry.body["slot"], booked.body["slot"], "the paid seat");
     let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
-    assert_eq!(row.state, "paid");
+    assert_eq!(row.state, seatrush::store::BookingState::Paid);
     app.assert_invariants().await;
 }
 
@@ -416,7 +421,11 @@ async fn a_retry_after_its_hold_ran_out_is_not_given_the_seat(backend: Backend) 
     let retry = app.book("CODE-00001", "A1", &n).await;
     assert_eq!((retry.status, retry.status_str()), (503, "retry"), "{:?}", retry.body);
     let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
-    assert_eq!(row.state, "held", "no expiry pass ran: the retry met the row its hold ran out in");
+    assert_eq!(
+        row.state,
+        seatrush::store::BookingState::Held,
+        "no expiry pass ran: the retry met the row its hold ran out in"
+    );
 }
 
 #[tokio::test]

@@ -21,7 +21,7 @@ async fn admit_only(app: &TestApp, code: &str, level: &str) -> Admission {
         admission_id: uuid::Uuid::new_v4().simple().to_string(),
         retry_only: false,
     };
-    let committed = app.sale.committer.admit(call).await.unwrap();
+    let committed = app.sale.committer().admit(call).await.unwrap();
     let Committed::Acked(admission) = committed else { panic!("{committed:?}") };
     admission
 }
@@ -73,7 +73,7 @@ async fn hold_expiry(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(app.sale.expire_holds_once().await.unwrap(), 1, "only the unpaid hold expires");
     let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
-    assert_eq!(row.state, "released");
+    assert_eq!(row.state, seatrush::store::BookingState::Released);
     let late = app.operator("CODE-00001", "payment", Some(OPERATOR_TOKEN)).await;
     assert_eq!(late.status_str(), "released");
     app.assert_invariants().await;
@@ -107,7 +107,10 @@ async fn phantom(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(5)).await;
     let report = app.sale.reap_all_once().await.unwrap();
     assert_eq!(report.released, 1);
-    assert_eq!(app.store.booking(&app.event, &ghost.code).await.unwrap().unwrap().state, "released");
+    assert_eq!(
+        app.store.booking(&app.event, &ghost.code).await.unwrap().unwrap().state,
+        seatrush::store::BookingState::Released
+    );
     app.assert_invariants().await;
     let second = app.sale.reap_all_once().await.unwrap();
     assert_eq!(second.released, 0, "a second pass finds nothing");
@@ -173,7 +176,7 @@ async fn arbiter(backend: Backend) {
             other => panic!("{code}: {other:?}"),
         }
         let row = app.store.booking(&app.event, &adm.code).await.unwrap().unwrap();
-        assert_eq!(row.state == "held", held.kind() == "held");
+        assert_eq!(row.state == seatrush::store::BookingState::Held, held.kind() == "held");
     }
     tokio::time::sleep(Duration::from_millis(5)).await;
     app.sale.reap_all_once().await.unwrap();
@@ -206,11 +209,12 @@ async fn many_reapers_at_once_release_a_phantom_once() {
     let app = spawn_app(AppOptions { persist_timeout: Duration::from_millis(0), ..Default::default() }).await;
     // a second Sale (as in a second `serve`) on the same Redis and database
     let second = seatrush::sale::Sale::new(
-        app.sale.link.clone(),
+        app.sale.link().clone(),
         app.store.clone(),
-        app.sale.settings.clone(),
+        app.sale.settings().clone(),
         seatrush::fault_hooks::FaultPlan::none(),
-    );
+    )
+    .unwrap();
     admit_only(&app, "CODE-00003", "A1").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let (a, b) = tokio::join!(app.sale.reap_all_once(), second.reap_all_once());
@@ -222,22 +226,22 @@ async fn reconcile_finds_and_repairs(backend: Backend) {
     let app = spawn_app(AppOptions { backend, ..Default::default() }).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
     assert_eq!(app.book("CODE-00002", "B1", &nonce("b")).await.status, 201);
-    let clean = seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
+    let clean = seatrush::ops::reconcile::reconcile(app.sale.link(), &app.store, &app.event, false).await.unwrap();
     assert!(clean.is_empty(), "{clean:?}");
 
     app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg("A1").arg(3));
     app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.free).arg(7));
     let orphan = CodeHash::from_hex(&"e".repeat(64)).unwrap();
     app.redis::<()>(redis::cmd("HSET").arg(&app.keys.adm).arg(orphan.as_str()).arg("nonce-xyz1 adm 9 A1 1"));
-    let found = seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
+    let found = seatrush::ops::reconcile::reconcile(app.sale.link(), &app.store, &app.event, false).await.unwrap();
     assert!(found.iter().any(|d| d.contains("level A1")), "{found:?}");
     assert!(found.iter().any(|d| d.contains("seat pool")), "{found:?}");
     assert!(found.iter().any(|d| d.contains("neither in the database nor pending")), "{found:?}");
     assert!(!app.invariant_violations().await.is_empty());
 
-    let repaired = seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    let repaired = seatrush::ops::reconcile::reconcile(app.sale.link(), &app.store, &app.event, true).await.unwrap();
     assert_eq!(repaired.len(), found.len());
-    let after = seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
+    let after = seatrush::ops::reconcile::reconcile(app.sale.link(), &app.store, &app.event, false).await.unwrap();
     assert!(after.is_empty(), "{after:?}");
     app.assert_invariants().await;
 }
@@ -256,7 +260,7 @@ async fn reconcile_reports_injected_drift_and_repairs_it_postgres() {
 async fn reconcile_counts_pending_admissions_as_taken() {
     let app = spawn_app(AppOptions::default()).await;
     admit_only(&app, "CODE-00004", "A1").await;
-    let drift = seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
+    let drift = seatrush::ops::reconcile::reconcile(app.sale.link(), &app.store, &app.event, false).await.unwrap();
     assert!(drift.is_empty(), "a pending admission is not drift: {drift:?}");
 }
 
@@ -289,6 +293,6 @@ async fn a_seat_the_database_holds_is_kept_out_of_the_pool_after_redis_lost_its_
     let retried = app.book("CODE-00002", "A1", &n).await;
     assert_eq!(retried.status, 201, "the retry gets another seat instead of the same refusal");
     assert_ne!(retried.body["slot"].as_i64().unwrap(), seat);
-    seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    seatrush::ops::reconcile::reconcile(app.sale.link(), &app.store, &app.event, true).await.unwrap();
     app.assert_invariants().await;
 }

@@ -21,13 +21,13 @@ async fn admit_only(app: &TestApp, code: &str, level: &str) -> Admission {
         admission_id: uuid::Uuid::new_v4().simple().to_string(),
         retry_only: false,
     };
-    let committed = app.sale.committer.admit(call).await.unwrap();
+    let committed = app.sale.committer().admit(call).await.unwrap();
     let Committed::Acked(admission) = committed else { panic!("{committed:?}") };
     admission
 }
 
 async fn conn(app: &TestApp) -> redis::aio::MultiplexedConnection {
-    app.sale.link.check().await.unwrap()
+    app.sale.link().check().await.unwrap()
 }
 
 async fn close(app: &TestApp) -> loader::CloseOutcome {
@@ -48,7 +48,7 @@ async fn every_changing_command_is_refused_while_another_holds_the_event_naming_
     let refusals = [
         loader::open_event(&mut c, &app.store, &app.event).await.map(|_| ()).unwrap_err().to_string(),
         loader::close_event(&mut c, &app.store, &app.event).await.map(|_| ()).unwrap_err().to_string(),
-        reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.map(|_| ()).unwrap_err().to_string(),
+        reconcile::reconcile(app.sale.link(), &app.store, &app.event, true).await.map(|_| ()).unwrap_err().to_string(),
         apply::apply_event(&mut c, &app.store, &spec(&AppOptions::default())).await.unwrap_err().to_string(),
     ];
     for refusal in refusals {
@@ -201,14 +201,14 @@ async fn reconcile_reports_too_busy_rather_than_drift_from_noisy_comparisons() {
             })
         })
         .collect();
-    let busy = reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await;
+    let busy = reconcile::reconcile(app.sale.link(), &app.store, &app.event, false).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     churn.into_iter().for_each(|c| c.join().unwrap());
     match busy {
         Err(err) => assert!(err.is::<reconcile::TooBusy>(), "expected TooBusy, got {err:#}"),
         Ok(drift) => panic!("drift judged from noisy comparisons: {drift:?}"),
     }
-    let drift = reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap();
+    let drift = reconcile::reconcile(app.sale.link(), &app.store, &app.event, false).await.unwrap();
     assert!(drift.iter().any(|d| d.contains("A1")), "the real drift is reported once quiet: {drift:?}");
 }
 
@@ -233,7 +233,7 @@ async fn reconcile_under_load_reports_no_false_drift() {
     };
     let mut busy = 0;
     for _ in 0..40 {
-        match reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await {
+        match reconcile::reconcile(app.sale.link(), &app.store, &app.event, false).await {
             Ok(drift) => assert!(drift.is_empty(), "false drift under load: {drift:?}"),
             // Too busy for an exact comparison is an answer of its own, never drift.
             Err(err) if err.is::<reconcile::TooBusy>() => busy += 1,
@@ -269,7 +269,7 @@ async fn the_reaper_skips_and_reports_an_entry_it_cannot_settle_and_settles_the_
     tokio::time::sleep(Duration::from_millis(5)).await;
     let report = app.sale.reap_all_once().await.expect("one bad entry does not fail the pass");
     assert_eq!((report.released, report.skipped), (1, 1));
-    assert_eq!(app.sale.stats.snapshot()["reaper_skipped"], 1);
+    assert_eq!(app.sale.stats().snapshot()["reaper_skipped"], 1);
     let stored = app.store.event(&app.event).await.unwrap();
     let stuck = reconcile::unsettled(&mut conn(&app).await, &stored, Duration::ZERO).await.unwrap();
     assert_eq!(stuck.len(), 1, "{stuck:?}");
@@ -301,9 +301,9 @@ async fn total_seats_change(backend: Backend) {
     // A shrink that fits, then reconcile --repair instead of open: it rewrites the stored total.
     let fits = AppOptions { backend, seats: 5, ..Default::default() };
     apply::apply_event(&mut conn(&app).await, &app.store, &spec(&fits)).await.unwrap();
-    let drift = reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    let drift = reconcile::reconcile(app.sale.link(), &app.store, &app.event, true).await.unwrap();
     assert!(drift.iter().any(|d| d.contains("total_seats: Redis has 14, the database 5")), "{drift:?}");
-    assert!(reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap().is_empty());
+    assert!(reconcile::reconcile(app.sale.link(), &app.store, &app.event, false).await.unwrap().is_empty());
     assert_eq!(reopen(&app).await.free_seats, 4);
     app.assert_invariants().await;
 }

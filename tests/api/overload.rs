@@ -19,17 +19,17 @@ fn calls(app: &TestApp, command: &str) -> u64 {
 #[tokio::test]
 async fn unknown_event_ids_are_not_cached_and_cost_one_redis_read_per_interval_in_total() {
     let app = spawn_app(AppOptions::default()).await;
-    assert!(app.sale.catalog.get(&app.event).await.unwrap().is_some());
+    assert!(app.sale.catalog().get(&app.event).await.unwrap().is_some());
     let (hgetall, smembers) = (calls(&app, "hgetall"), calls(&app, "smembers"));
     let started = Instant::now();
     for i in 0..20_000 {
         let id = EventId::parse(&format!("nope-{i}")).unwrap();
-        assert!(app.sale.catalog.get(&id).await.unwrap().is_none());
+        assert!(app.sale.catalog().get(&id).await.unwrap().is_none());
     }
     let intervals = started.elapsed().as_millis() as u64 / seatrush::sale::catalog::CATALOG_TTL.as_millis() as u64 + 1;
     assert_eq!(calls(&app, "hgetall") - hgetall, 0, "no per-id read for an id that was never opened");
     assert!(calls(&app, "smembers") - smembers <= intervals, "one read of the loaded set per interval");
-    assert_eq!(app.sale.catalog.cached_views().await, 1, "only the loaded event has a cached view");
+    assert_eq!(app.sale.catalog().cached_views().await, 1, "only the loaded event has a cached view");
     let page = app.get("/api/events/never-opened").await;
     assert_eq!(page.status, 404);
 }
@@ -62,7 +62,7 @@ async fn requests_beyond_the_in_flight_limit_get_a_503_retry_at_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!((shed.status, shed.status_str(), shed.retry_after.as_deref()), (503, "retry", Some("1")));
-    assert!(app.sale.stats.snapshot()["shed"] >= 1);
+    assert!(app.sale.stats().snapshot()["shed"] >= 1);
     sqlx::raw_sql("ROLLBACK").execute(&mut blocker).await.unwrap();
     for s in stuck {
         let a = s.await.unwrap();

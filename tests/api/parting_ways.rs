@@ -4,7 +4,8 @@
 use crate::helpers::{nonce, spawn_app, AppOptions, Backend, OPERATOR_TOKEN};
 use seatrush::domain::nonce::Nonce;
 use seatrush::redis_io::scripts::OutsideWindow;
-use seatrush::sale::committer::{AdmitCall, Committed, ScriptRefusal};
+use seatrush::redis_io::scripts::ScriptRefusal;
+use seatrush::sale::committer::{AdmitCall, Committed};
 
 /// Item 2: a past sale's releases that can never run (its event is not loaded: its Redis was
 /// wiped) must not crowd a live event's unacknowledged release out of the sync pass.
@@ -15,7 +16,7 @@ async fn a_dead_events_releases_never_starve_a_live_one(backend: Backend) {
         for i in 0..stuck {
             sqlx::query(
                 "INSERT INTO release_syncs (event_id, code_hash, admission_id, nonce, slot, level, admitted_ms, released_ms)
-                 VALUES ('old-sale', $1, $2, 'n', 1, 'A1', 1, $3)",
+                 VALUES ('old-sale', $1, $2, 'nonce-stuck', 1, 'A1', 1, $3)",
             )
             .bind(format!("{i:064x}"))
             .bind(format!("a{i}"))
@@ -85,22 +86,25 @@ async fn the_admit_script_keeps_the_window_whatever_a_serves_view_says() {
     };
     app.redis::<()>(redis::cmd("HSET").arg(&app.keys.meta).arg("state").arg("closed"));
     let before = app.redis_state();
-    assert_eq!(refused(app.sale.committer.admit(admit("CODE-00003", &nonce("after"))).await), OutsideWindow::Closed);
+    assert_eq!(refused(app.sale.committer().admit(admit("CODE-00003", &nonce("after"))).await), OutsideWindow::Closed);
     assert_eq!(app.redis_state(), before, "a refusal writes nothing");
-    match app.sale.committer.admit(admit("CODE-00001", &first)).await {
+    match app.sale.committer().admit(admit("CODE-00001", &first)).await {
         Ok(Committed::Acked(a)) => assert_eq!(a.code, app.hash("CODE-00001")),
         other => panic!("a retry of an earlier admission is still answered: {other:?}"),
     }
     let closes = seatrush::domain::event::now_ms() - 1;
     app.redis::<()>(redis::cmd("HSET").arg(&app.keys.meta).arg("state").arg("open").arg("closes_at_ms").arg(closes));
-    assert_eq!(refused(app.sale.committer.admit(admit("CODE-00004", &nonce("late"))).await), OutsideWindow::Closed);
+    assert_eq!(refused(app.sale.committer().admit(admit("CODE-00004", &nonce("late"))).await), OutsideWindow::Closed);
     let opens = seatrush::domain::event::now_ms() + 3_600_000;
     app.redis::<()>(redis::cmd("HDEL").arg(&app.keys.meta).arg("closes_at_ms"));
     app.redis::<()>(redis::cmd("HSET").arg(&app.keys.meta).arg("opens_at_ms").arg(opens));
-    assert_eq!(refused(app.sale.committer.admit(admit("CODE-00005", &nonce("early"))).await), OutsideWindow::NotOpen);
+    assert_eq!(refused(app.sale.committer().admit(admit("CODE-00005", &nonce("early"))).await), OutsideWindow::NotOpen);
     // Redis lost the event's state: answered 503 retry on the request path, never a final refusal.
     app.redis::<()>(redis::cmd("DEL").arg(&app.keys.meta));
-    assert_eq!(refused(app.sale.committer.admit(admit("CODE-00006", &nonce("lost"))).await), OutsideWindow::NotLoaded);
+    assert_eq!(
+        refused(app.sale.committer().admit(admit("CODE-00006", &nonce("lost"))).await),
+        OutsideWindow::NotLoaded
+    );
 }
 
 /// Item 6: a round with two events where one call admits and the other meets `NOREPLICAS` (a
@@ -129,7 +133,7 @@ async fn a_rounds_wait_runs_on_the_connection_that_admitted() {
     );
     let scripts = Arc::new(Scripts::with_admit_source(Box::leak(source.into_boxed_str())));
     let policy = AckPolicy { replicas: 1, timeout: Duration::from_millis(300) };
-    let committer = Committer::start(app.sale.link.clone(), scripts, policy, 1, FaultPlan::none());
+    let committer = Committer::start(app.sale.link().clone(), scripts, policy, 1, FaultPlan::none());
     let call = |keys: &Arc<EventKeys>, code: &str| AdmitCall {
         keys: keys.clone(),
         code: app.hash(code),
@@ -178,7 +182,7 @@ async fn a_repair_leaves_an_admission_in_flight_to_the_arbiter(backend: Backend)
     app.redis::<()>(redis::cmd("ZADD").arg(&app.keys.free).arg(w.slot).arg(w.slot));
     let x = match app
         .sale
-        .committer
+        .committer()
         .admit(AdmitCall {
             keys: std::sync::Arc::new(app.keys.clone()),
             code: hash.clone(),
@@ -192,17 +196,17 @@ async fn a_repair_leaves_an_admission_in_flight_to_the_arbiter(backend: Backend)
         Ok(Committed::Acked(x)) => x,
         other => panic!("{other:?}"),
     };
-    seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    seatrush::ops::reconcile::reconcile(&app.sale.link(), &app.store, &app.event, true).await.unwrap();
     let record: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(hash.as_str()));
     let record = record.expect("the code keeps a record while its admission is in flight");
     assert!(record.contains(&x.id), "the in-flight admission's record stays: {record}");
     // The arbiter settles X (the database holds W for the code): X is undone.
     app.sale.settle(&app.event, &app.keys, &x, false).await.unwrap();
-    seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    seatrush::ops::reconcile::reconcile(&app.sale.link(), &app.store, &app.event, true).await.unwrap();
     let record: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(hash.as_str()));
     assert!(record.is_some_and(|r| r.contains(&w.admission_id)), "W's record is back");
     app.assert_invariants().await;
-    assert!(seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false)
+    assert!(seatrush::ops::reconcile::reconcile(&app.sale.link(), &app.store, &app.event, false)
         .await
         .unwrap()
         .is_empty());

@@ -6,8 +6,10 @@ use seatrush::domain::event::EventId;
 use seatrush::domain::nonce::Nonce;
 use seatrush::fault_hooks::FaultPlan;
 use seatrush::redis_io::keys::EventKeys;
-use seatrush::redis_io::scripts::{admit_replies, decode_attempt, decode_changed, run, AdmitArgs, AdmitReply, Scripts};
-use seatrush::sale::committer::{AckPolicy, AdmitCall, Committed, Committer, ScriptRefusal};
+use seatrush::redis_io::scripts::{
+    admit_replies, decode_attempt, decode_changed, run, AdmitArgs, AdmitReply, ScriptRefusal, Scripts,
+};
+use seatrush::sale::committer::{AckPolicy, AdmitCall, Committed, Committer};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +21,7 @@ async fn admit(
     id: &str,
 ) -> Result<AdmitReply, redis::RedisError> {
     let scripts = Scripts::new();
-    let mut conn = app.sale.link.check().await.unwrap();
+    let mut conn = app.sale.link().check().await.unwrap();
     let cmd = scripts.admit_call(&app.keys, &app.hash(code), &Nonce::parse(n).unwrap(), level, id);
     AdmitReply::decode_single(run(&mut conn, &scripts.admit, &cmd).await?)
 }
@@ -31,7 +33,7 @@ async fn back(app: &crate::helpers::TestApp, release: bool, adm: &Admission) -> 
     } else {
         (&scripts.undo, scripts.undo_call(&app.keys, adm))
     };
-    let mut conn = app.sale.link.check().await.unwrap();
+    let mut conn = app.sale.link().check().await.unwrap();
     decode_changed(run(&mut conn, script, &call).await.unwrap()).unwrap()
 }
 
@@ -50,13 +52,22 @@ async fn admit_returns_each_documented_reply_in_check_order() {
     assert!(matches!(&first, AdmitReply::Admitted { slot: 1, admission, .. } if admission == "id-1"));
     // same nonce: the original, whatever the new call's level or admission id
     assert_eq!(admit(&app, "CODE-00001", "B1", &n, "id-2").await.unwrap(), first);
-    assert_eq!(admit(&app, "CODE-00001", "A1", &nonce("m"), "id-3").await.unwrap(), AdmitReply::AlreadyAdmitted);
-    assert_eq!(admit(&app, "CODE-00002", "A1", &nonce("m"), "id-4").await.unwrap(), AdmitReply::LevelFull);
+    assert_eq!(
+        admit(&app, "CODE-00001", "A1", &nonce("m"), "id-3").await.unwrap(),
+        AdmitReply::Refused(ScriptRefusal::AlreadyAdmitted)
+    );
+    assert_eq!(
+        admit(&app, "CODE-00002", "A1", &nonce("m"), "id-4").await.unwrap(),
+        AdmitReply::Refused(ScriptRefusal::LevelFull)
+    );
     assert!(matches!(
         admit(&app, "CODE-00002", "B1", &nonce("m"), "id-5").await.unwrap(),
         AdmitReply::Admitted { slot: 2, .. }
     ));
-    assert_eq!(admit(&app, "CODE-00003", "B1", &nonce("m"), "id-6").await.unwrap(), AdmitReply::SoldOut);
+    assert_eq!(
+        admit(&app, "CODE-00003", "B1", &nonce("m"), "id-6").await.unwrap(),
+        AdmitReply::Refused(ScriptRefusal::SoldOut)
+    );
     let err = admit(&app, "CODE-00003", "ZZ", &nonce("m"), "id-7").await.unwrap_err();
     assert!(err.to_string().contains("unknown level"), "{err}");
 }
@@ -85,7 +96,7 @@ async fn undo_needs_the_same_nonce_and_admission_and_a_pending_entry() {
     assert!(!back(&app, false, &other_nonce).await);
     assert!(!back(&app, false, &other_id).await);
     let scripts = Scripts::new();
-    let mut conn = app.sale.link.check().await.unwrap();
+    let mut conn = app.sale.link().check().await.unwrap();
     assert!(decode_changed(
         run(&mut conn, &scripts.persisted, &scripts.persisted_call(&app.keys, &adm)).await.unwrap()
     )
@@ -141,7 +152,7 @@ async fn one_persisted_call_marks_a_batch_and_only_the_admissions_it_names() {
     stale_id.id = "id-other".into();
     let batch = [&admitted[0], &stale_nonce, &stale_id, &admitted[3], &admitted[3]];
     let scripts = Scripts::new();
-    let mut conn = app.sale.link.check().await.unwrap();
+    let mut conn = app.sale.link().check().await.unwrap();
     let call = scripts.persisted_batch_call(&app.keys, batch.into_iter());
     let dropped: i64 = redis::from_redis_value(run(&mut conn, &scripts.persisted, &call).await.unwrap()).unwrap();
     assert_eq!(dropped, 2, "one drop each for admissions 0 and 3; the repeat of 3 finds its entry gone");
@@ -157,7 +168,7 @@ async fn one_persisted_call_marks_a_batch_and_only_the_admissions_it_names() {
 }
 
 async fn pending(app: &crate::helpers::TestApp) -> Vec<String> {
-    let mut conn = app.sale.link.check().await.unwrap();
+    let mut conn = app.sale.link().check().await.unwrap();
     redis::cmd("ZRANGE").arg(&app.keys.pending).arg(0).arg(-1).query_async(&mut conn).await.unwrap()
 }
 
@@ -191,7 +202,7 @@ async fn one_admit_call_decides_each_attempt_as_a_call_of_its_own_would() {
             retry_only,
         }),
     );
-    let mut conn = app.sale.link.check().await.unwrap();
+    let mut conn = app.sale.link().check().await.unwrap();
     scripts.admit.load_cmd().query_async::<String>(&mut conn).await.unwrap();
     // As the committer sends it: in a pipeline that keeps error replies as values (a plain query
     // turns one attempt's error into an error for the whole reply).
@@ -203,16 +214,16 @@ async fn one_admit_call_decides_each_attempt_as_a_call_of_its_own_would() {
     let first = replies[0].as_ref().unwrap().clone();
     assert!(matches!(&first, AdmitReply::Admitted { slot: 1, admission, .. } if admission == "id-1"), "{replies:?}");
     assert_eq!(replies[1].as_ref().unwrap(), &first, "the same nonce gets the original, within the call too");
-    assert_eq!(replies[2].as_ref().unwrap(), &AdmitReply::AlreadyAdmitted);
+    assert_eq!(replies[2].as_ref().unwrap(), &AdmitReply::Refused(ScriptRefusal::AlreadyAdmitted));
     let err = replies[3].as_ref().unwrap_err();
     assert!(err.to_string().contains("unknown level"), "the unknown level is its attempt's error alone: {err}");
-    assert_eq!(replies[4].as_ref().unwrap(), &AdmitReply::LevelFull);
+    assert_eq!(replies[4].as_ref().unwrap(), &AdmitReply::Refused(ScriptRefusal::LevelFull));
     assert!(
         matches!(replies[5].as_ref().unwrap(), AdmitReply::Admitted { slot: 2, admission, .. } if admission == "id-6"),
         "{replies:?}"
     );
-    assert_eq!(replies[6].as_ref().unwrap(), &AdmitReply::NotARetry);
-    assert_eq!(replies[7].as_ref().unwrap(), &AdmitReply::SoldOut);
+    assert_eq!(replies[6].as_ref().unwrap(), &AdmitReply::Refused(ScriptRefusal::NotARetry));
+    assert_eq!(replies[7].as_ref().unwrap(), &AdmitReply::Refused(ScriptRefusal::SoldOut));
     let state = app.redis_state();
     assert!(state.free.is_empty() && state.records.len() == 2 && state.pending.len() == 2, "{state:?}");
     assert_eq!((state.taken.get("A1"), state.taken.get("B1")), (Some(&1), Some(&1)));
@@ -223,7 +234,7 @@ async fn a_malformed_admit_call_is_refused_whole_and_writes_nothing() {
     let app = spawn_app(AppOptions { replica: false, ..Default::default() }).await;
     let before = app.redis_state();
     let scripts = Scripts::new();
-    let mut conn = app.sale.link.check().await.unwrap();
+    let mut conn = app.sale.link().check().await.unwrap();
     let keys = [&app.keys.adm, &app.keys.taken, &app.keys.cap, &app.keys.free, &app.keys.pending, &app.keys.meta];
     let code = app.hash("CODE-00001");
     for args in [
@@ -252,7 +263,7 @@ async fn a_committer_round_sends_one_admit_call_per_event() {
     app.redis::<()>(redis::cmd("HSET").arg(&other.meta).arg("state").arg("open"));
     app.redis::<()>(redis::cmd("ZADD").arg(&other.free).arg(1).arg(1).arg(2).arg(2).arg(3).arg(3));
     let policy = AckPolicy { replicas: 0, timeout: Duration::from_secs(1) };
-    let committer = Committer::start(app.sale.link.clone(), Arc::new(Scripts::new()), policy, 1, FaultPlan::none());
+    let committer = Committer::start(app.sale.link().clone(), Arc::new(Scripts::new()), policy, 1, FaultPlan::none());
     let mine = Arc::new(app.keys.clone());
     let call = |keys: &Arc<EventKeys>, i: usize, level: &str| AdmitCall {
         keys: keys.clone(),
@@ -266,7 +277,7 @@ async fn a_committer_round_sends_one_admit_call_per_event() {
         .map(|i| if i % 2 == 0 { call(&mine, i, "A1") } else { call(&other, i, if i == 7 { "ZZ" } else { "A1" }) })
         .collect();
     let evalsha_calls = |app: &crate::helpers::TestApp| command_calls(app, "evalsha");
-    let mut conn = app.sale.link.check().await.unwrap();
+    let mut conn = app.sale.link().check().await.unwrap();
     Scripts::new().admit.load_cmd().query_async::<String>(&mut conn).await.unwrap();
     let before = evalsha_calls(&app);
     let results = futures::future::join_all(calls.into_iter().map(|c| committer.admit(c))).await;
@@ -302,7 +313,7 @@ fn command_calls(app: &crate::helpers::TestApp, command: &str) -> i64 {
 async fn a_committer_sends_its_wait_with_the_admits_only_while_the_replica_keeps_up() {
     let app = spawn_app(AppOptions { seats: 10, ..Default::default() }).await;
     let policy = AckPolicy { replicas: 1, timeout: Duration::from_millis(500) };
-    let committer = Committer::start(app.sale.link.clone(), Arc::new(Scripts::new()), policy, 1, FaultPlan::none());
+    let committer = Committer::start(app.sale.link().clone(), Arc::new(Scripts::new()), policy, 1, FaultPlan::none());
     let keys = Arc::new(app.keys.clone());
     let call = |code: &str, n: &str| AdmitCall {
         keys: keys.clone(),

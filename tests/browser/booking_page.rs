@@ -53,7 +53,7 @@ async fn a_forced_503_is_retried_with_the_same_nonce_until_the_seat_is_booked() 
     book(&browser, "CODE-00003", "A1").await;
     let waiting = browser.wait_for_text("#result.wait", "Still trying").await;
     assert!(waiting.contains("keep this page open"), "{waiting}");
-    wait_for_retries(&app.sale.stats, 2).await;
+    wait_for_retries(app.sale.stats(), 2).await;
     browser.screenshot("booking-3-retrying").await;
     assert_accessible(&browser, "retrying").await;
     let row = app.store.booking(&app.event, &app.hash("CODE-00003")).await.unwrap();
@@ -66,8 +66,8 @@ async fn a_forced_503_is_retried_with_the_same_nonce_until_the_seat_is_booked() 
     assert!(nonces.len() >= 3, "expected at least two retries, saw {nonces:?}");
     assert!(nonces.iter().all(|n| *n == nonces[0]), "every retry must reuse the attempt's nonce: {nonces:?}");
     let row = app.store.booking(&app.event, &app.hash("CODE-00003")).await.unwrap().expect("a booking row");
-    assert_eq!(row.nonce, nonces[0]);
-    assert!(app.sale.stats.undone_short_ack.load(Ordering::Relaxed) >= 2);
+    assert_eq!(row.nonce.as_str(), nonces[0]);
+    assert!(app.sale.stats().undone_short_ack.load(Ordering::Relaxed) >= 2);
     app.assert_invariants().await;
 }
 
@@ -114,7 +114,7 @@ async fn every_other_final_answer_is_said_in_plain_words() {
         browser.screenshot(&format!("booking-5-refusal-{}", i + 1)).await;
     }
     assert_accessible(&browser, "refused").await;
-    let stats = app.sale.stats.snapshot();
+    let stats = app.sale.stats().snapshot();
     assert_eq!((stats["level_full"], stats["not_registered"], stats["invalid_request"]), (1, 1, 1));
 }
 

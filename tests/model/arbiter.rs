@@ -14,7 +14,8 @@ pub enum RowState {
 }
 
 /// `bookings` for one (event, code), less time: `expired` stands for `hold_until <= now` on the
-/// one shared clock, `synced` is `redis_synced`.
+/// one shared clock, `synced` is "no `release_syncs` entry for this row's release" (the row's own
+/// `redis_synced` column, unread since migration 0002, is gone since 0009).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Row {
     pub nonce: u8,
@@ -72,7 +73,7 @@ pub enum ClaimOutcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arbiter {
     /// main today (`Store::reap` / `Store::hold`, one `UPSERT`): the claim overwrites a row that
-    /// is released for another admission (setting `redis_synced = 1`), and `hold` overwrites a
+    /// is released for another admission (its release then needs no sync), and `hold` overwrites a
     /// row released for another admission. A claim is therefore forgotten as soon as another
     /// admission of the code claims or holds the row (MODEL.md, findings 1 and 2).
     RowUpsert,
@@ -198,7 +199,7 @@ impl Db {
     }
 
     /// The expiry pass's statement: release the listed admission only if the row still names it,
-    /// is still held and its hold has run out; counters -1; `redis_synced = 0`.
+    /// is still held and its hold has run out; counters -1; a `release_syncs` entry written.
     pub fn expire(&mut self, code: u8, aid: u8) -> Option<Row> {
         let row = self.rows[code as usize].as_mut()?;
         if row.aid != aid || row.state != RowState::Held || !row.expired {

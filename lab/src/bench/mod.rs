@@ -170,7 +170,7 @@ async fn compare_backends(connections: &Connections, args: &args::CompareArgs) -
 /// The database writers' counters: (transactions, bookings, busy µs).
 fn writer_counters(sale: &seatrush::sale::Sale) -> (u64, u64, u64) {
     use std::sync::atomic::Ordering::Relaxed;
-    let s = &sale.stats;
+    let s = sale.stats();
     (s.persist_batches.load(Relaxed), s.persist_batched.load(Relaxed), s.persist_busy_us.load(Relaxed))
 }
 
@@ -194,8 +194,6 @@ fn server_levers(s: &ServeSettings, args: &LoadArgs) -> serde_json::Value {
         "persist_batch_max": s.persist_batch_max,
         "persist_linger_ms": s.persist_linger_ms,
         "persist_writers": s.persist_writers,
-        "persist_direct_sqlite": s.persist_direct_sqlite,
-        "allowlist_in_memory": s.allowlist_in_memory,
         "allowlist_codes": args.codes,
     })
 }

@@ -115,7 +115,7 @@ impl Topology {
     /// Redis against each other and against the answers (`admitted` fresh answers).
     pub async fn check(&self, admitted_answers: usize) -> anyhow::Result<StoreCheck> {
         let keys = EventKeys::new(&self.event);
-        let mut conn = self.sale.link.shared().await?;
+        let mut conn = self.sale.link().shared().await?;
         let deadline = Instant::now() + DRAIN_TIMEOUT;
         let mut pending: i64 = redis::cmd("ZCARD").arg(&keys.pending).query_async(&mut conn).await?;
         while pending > 0 && Instant::now() < deadline {

@@ -160,7 +160,7 @@ async fn inject(kind: FaultKind, topo: &Topology, round: usize) -> anyhow::Resul
 async fn operator_command(topo: &Topology, round: usize) -> anyhow::Result<()> {
     use seatrush::ops::{loader, reconcile};
     let id = seatrush::domain::event::EventId::parse(super::EVENT)?;
-    let mut conn = topo.sale.link.check().await?;
+    let mut conn = topo.sale.link().check().await?;
     match round % 3 {
         0 => {
             loader::open_event(&mut conn, &topo.store, &id).await?;
@@ -170,7 +170,7 @@ async fn operator_command(topo: &Topology, round: usize) -> anyhow::Result<()> {
             loader::open_event(&mut conn, &topo.store, &id).await?;
         }
         _ => {
-            reconcile::reconcile(&topo.sale.link, &topo.store, &id, true).await?;
+            reconcile::reconcile(topo.sale.link(), &topo.store, &id, true).await?;
         }
     }
     Ok(())

@@ -206,7 +206,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     told.extend(operator.rebooked);
     let journal = Journal { told, operator: operator.answers, seen: sampler.await.unwrap_or_default() };
 
-    let mut conn = match topo.sale.link.check().await {
+    let mut conn = match topo.sale.link().check().await {
         Ok(conn) => conn,
         Err(e) => {
             let nodes: Vec<u16> = topo.redis.lock().expect("redis lock").iter().map(|n| n.port).collect();

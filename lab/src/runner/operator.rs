@@ -200,7 +200,7 @@ pub fn sample(store: Store, event: EventId, stop: CancellationToken) -> tokio::t
             // The database may be down (a fault): the next read tries again.
             if let Ok(rows) = store.seat_holders(&event).await {
                 for r in rows {
-                    seen.entry(r.nonce).and_modify(|s| s.last_ms = at).or_insert(Seen {
+                    seen.entry(r.nonce.to_string()).and_modify(|s| s.last_ms = at).or_insert(Seen {
                         slot: r.slot,
                         first_ms: at,
                         last_ms: at,

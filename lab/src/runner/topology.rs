@@ -230,7 +230,7 @@ impl Topology {
             persist_timeout: Duration::from_millis(options.persist_timeout_ms),
             ..SaleSettings::default()
         };
-        let sale = Arc::new(Sale::new(link, store.clone(), settings, FaultPlan::none()));
+        let sale = Arc::new(Sale::new(link, store.clone(), settings, FaultPlan::none())?);
 
         let logs = tempfile::Builder::new().prefix("seatrush-faults-").tempdir()?;
         let mut env: Vec<(String, String)> = vec![

@@ -7,7 +7,7 @@ use seatrush::domain::code::CodeHash;
 use seatrush::domain::event::EventId;
 use seatrush::domain::nonce::Nonce;
 use seatrush::redis_io::keys::EventKeys;
-use seatrush::redis_io::scripts::{AdmitReply, Scripts};
+use seatrush::redis_io::scripts::{AdmitReply, ScriptRefusal, Scripts};
 
 const LEVEL: &str = "A1";
 /// Keys of the WATCH and lock strategies (one hash tag, as a cluster would need).
@@ -80,10 +80,18 @@ impl Strategy for LuaScript {
             self.scripts.admit_call(&self.keys, &candidate_hash(candidate), &nonce, LEVEL, &format!("a{candidate}"));
         Ok(match AdmitReply::decode_single(call.query_async(c).await?)? {
             AdmitReply::Admitted { .. } => Attempt::Admitted,
-            AdmitReply::SoldOut | AdmitReply::LevelFull => Attempt::SoldOut,
-            AdmitReply::AlreadyAdmitted => anyhow::bail!("candidate {candidate} was handed out twice"),
-            AdmitReply::NotARetry => anyhow::bail!("a plain admit answered as a retry-only one"),
-            AdmitReply::Outside(why) => anyhow::bail!("the event's window refused the admission: {why:?}"),
+            AdmitReply::Refused(ScriptRefusal::SoldOut) | AdmitReply::Refused(ScriptRefusal::LevelFull) => {
+                Attempt::SoldOut
+            }
+            AdmitReply::Refused(ScriptRefusal::AlreadyAdmitted) => {
+                anyhow::bail!("candidate {candidate} was handed out twice")
+            }
+            AdmitReply::Refused(ScriptRefusal::NotARetry) => {
+                anyhow::bail!("a plain admit answered as a retry-only one")
+            }
+            AdmitReply::Refused(ScriptRefusal::Outside(why)) => {
+                anyhow::bail!("the event's window refused the admission: {why:?}")
+            }
         })
     }
 
