@@ -4,7 +4,7 @@
 //! lab's commands (`bench`, `faults`, `demo --burst`) are the `seatrush-lab` binary's (`lab/`).
 
 use crate::demo::DemoArgs;
-use crate::ops::settings::{Connections, PersistTimeout, ServeSettings};
+use crate::ops::settings::{Connections, PersistTimeout, RedisChecks, ServeSettings};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -44,7 +44,12 @@ pub enum Command {
         action: AllowlistAction,
     },
     /// Check Redis, load the event and its allowlist into Redis, open the sale
-    Open(EventArg),
+    Open {
+        #[command(flatten)]
+        event: EventArg,
+        #[command(flatten)]
+        redis_checks: RedisChecks,
+    },
     /// Close the sale
     Close(EventArg),
     /// Redis and database side by side, level by level
@@ -145,6 +150,24 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::ValueValidation, "{args}: {err}");
             assert!(err.to_string().contains(range), "{args}: {err}");
         }
+    }
+
+    #[test]
+    fn the_unverifiable_settings_acknowledgement_is_a_flag_of_open_and_serve_only() {
+        let Command::Open { redis_checks, .. } =
+            parse("open --event spring --redis-settings-unverifiable-ok").unwrap().command
+        else {
+            panic!("open")
+        };
+        assert!(redis_checks.redis_settings_unverifiable_ok);
+        let Command::Serve(serve) = parse("serve --redis-settings-unverifiable-ok").unwrap().command else {
+            panic!("serve")
+        };
+        assert!(serve.redis_checks.redis_settings_unverifiable_ok);
+        let Command::Open { redis_checks, .. } = parse("open --event spring").unwrap().command else { panic!("open") };
+        assert!(!redis_checks.redis_settings_unverifiable_ok, "off unless asked for");
+        let err = parse("close --event spring --redis-settings-unverifiable-ok").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnknownArgument, "{err}");
     }
 
     #[test]

@@ -52,6 +52,17 @@ impl std::fmt::Debug for Connections {
     }
 }
 
+/// How `open` and `serve` treat a setting of the Redis primary they cannot read
+/// (`redis_io/primary_settings.rs`): managed services often block `CONFIG`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RedisChecks {
+    /// Go on when a setting of the Redis primary (maxmemory-policy, min-replicas-to-write,
+    /// persistence) can be read neither from INFO nor with CONFIG GET, because you have checked it
+    /// yourself (maxmemory-policy noeviction above all); without it such a primary is refused
+    #[arg(long, env = "SEATRUSH_REDIS_SETTINGS_UNVERIFIABLE_OK")]
+    pub redis_settings_unverifiable_ok: bool,
+}
+
 /// Most committer connections, persist writers, replicas to wait for.
 const CONNECTIONS_MAX: u64 = 64;
 /// Longest any of the millisecond settings may be: an hour.
@@ -80,6 +91,8 @@ pub struct ServeSettings {
     pub wait_timeout_ms: u64,
     #[command(flatten)]
     pub persist_timeout: PersistTimeout,
+    #[command(flatten)]
+    pub redis_checks: RedisChecks,
     /// Time between reaper passes, in milliseconds
     #[arg(long, env = "SEATRUSH_REAPER_INTERVAL_MS", default_value_t = 1_000, value_parser = value_parser!(u64).range(1..=MILLISECONDS_MAX))]
     pub reaper_interval_ms: u64,

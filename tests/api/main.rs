@@ -13,6 +13,7 @@ mod helpers;
 mod holes;
 mod layout;
 mod lifecycle;
+mod managed_redis;
 mod observability;
 mod operator;
 mod overload;
