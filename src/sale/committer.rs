@@ -20,7 +20,7 @@ use crate::fault_hooks::{BrokenGuard, CrashPoint, FaultPlan};
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::{is_no_replicas, needs_reconnect, RedisLink};
 use crate::redis_io::scripts::{
-    admit_replies, decode_attempt, is_noscript, AdmitArgs, AdmitReply, ReplyError, Scripts,
+    admit_replies, decode_attempt, is_noscript, AdmitArgs, AdmitReply, OutsideWindow, ReplyError, Scripts,
 };
 use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Value};
@@ -66,6 +66,8 @@ pub enum ScriptRefusal {
     SoldOut,
     /// -4: a retry-only call that was no retry; the gate's refusal stands.
     NotARetry,
+    /// -5/-6/-7: outside the window by Redis's clock and state.
+    Outside(OutsideWindow),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -256,6 +258,7 @@ impl Worker {
                 (AdmitReply::LevelFull, _) => Ok(Committed::Refused(ScriptRefusal::LevelFull)),
                 (AdmitReply::SoldOut, _) => Ok(Committed::Refused(ScriptRefusal::SoldOut)),
                 (AdmitReply::NotARetry, _) => Ok(Committed::Refused(ScriptRefusal::NotARetry)),
+                (AdmitReply::Outside(why), _) => Ok(Committed::Refused(ScriptRefusal::Outside(why))),
             })
             .collect()
     }

@@ -17,6 +17,7 @@ mod managed_redis;
 mod observability;
 mod operator;
 mod overload;
+mod parting_ways;
 mod persister;
 mod refusal_limit;
 mod schema;
