@@ -67,6 +67,19 @@ pub enum Command {
         #[arg(long)]
         repair: bool,
     },
+    /// The list after the sale: every booking as CSV (code_hash, level, seat, state, times, payment
+    /// reference), optionally joined to your own candidate file
+    Export {
+        #[command(flatten)]
+        event: EventArg,
+        /// Write the CSV to this file (replaced whole) instead of stdout
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Your candidate list (CSV with a `code` column): its codes are hashed with the running
+        /// SEATRUSH_CODE_PEPPER and its other columns added to each booking; raw codes are not copied
+        #[arg(long)]
+        codes: Option<PathBuf>,
+    },
     /// The HTTP API, the booking page, the reaper and the hold expiry
     Serve(ServeSettings),
     /// Everything on this machine: private Redis primary and replica, SQLite, a demo event

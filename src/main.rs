@@ -44,6 +44,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Close(e) => ops::close(s, &e.event).await?,
         Command::Status { event, persist_timeout } => ops::status(s, &event.event, &persist_timeout).await?,
         Command::Reconcile { event, repair } => ops::reconcile(s, &event.event, repair).await?,
+        Command::Export { event, out, codes } => {
+            ops::export::export(s, &event.event, out.as_deref(), codes.as_deref()).await?
+        }
         Command::Serve(serve) => ops::serve(s, &serve).await?,
         Command::Demo(args) => demo::run(s, &args).await?,
     }

@@ -6,13 +6,16 @@ mod audit;
 mod bookings;
 mod consistent;
 mod events;
+mod export;
 mod hold_batch;
+mod payments;
 mod sqlite_batch;
 
 pub use audit::AuditEntry;
 pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome, Release};
 pub use consistent::HoldersSnapshot;
 pub use events::StoredEvent;
+pub use export::ExportRow;
 pub use hold_batch::{HoldItem, PostgresBatchWriter, Written};
 pub use sqlite_batch::SqliteBatchWriter;
 

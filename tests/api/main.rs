@@ -7,6 +7,7 @@ mod availability;
 mod bench;
 mod crash;
 mod edge;
+mod export;
 mod faults;
 mod gates;
 mod helpers;
