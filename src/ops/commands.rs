@@ -277,7 +277,13 @@ pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> a
     if sale.settings.allowlist_in_memory {
         sale.allowlist.warm(&sale.catalog).await?;
     }
-    Ok(AppState::new(App { sale: Arc::new(sale), hasher, operator_token, edge: Edge::new(settings.edge()) }))
+    Ok(AppState::new(App {
+        sale: Arc::new(sale),
+        hasher,
+        operator_token,
+        payment_webhook_secret: settings.payment_webhook_secret()?,
+        edge: Edge::new(settings.edge()),
+    }))
 }
 
 /// Serves HTTP and runs the reaper until ctrl-c or SIGTERM.

@@ -83,6 +83,11 @@ pub struct ServeSettings {
     /// [`ServeSettings::operator_token`]; code that builds a server in-process may set it.
     #[arg(skip)]
     pub operator_token: Option<SecretString>,
+    /// The payment provider's signing secret: from SEATRUSH_PAYMENT_WEBHOOK_SECRET, by
+    /// [`ServeSettings::payment_webhook_secret`] (never a flag); code that builds a server
+    /// in-process may set it.
+    #[arg(skip)]
+    pub payment_webhook_secret: Option<SecretString>,
     /// Replicas that must acknowledge an admission before it counts (0 = no WAIT)
     #[arg(long, env = "SEATRUSH_WAIT_REPLICAS", default_value_t = 1, value_parser = value_parser!(u32).range(0..=CONNECTIONS_MAX as i64))]
     pub wait_replicas: u32,
@@ -164,6 +169,9 @@ pub struct ServeSettings {
     pub hsts: bool,
 }
 
+/// Where the payment provider's signing secret comes from (the environment only).
+pub const PAYMENT_WEBHOOK_SECRET_ENV: &str = "SEATRUSH_PAYMENT_WEBHOOK_SECRET";
+
 /// Shortest operator token accepted: 32 characters, so it cannot be guessed in the time a sale
 /// runs even without the 401 limit.
 pub const OPERATOR_TOKEN_CHARS_MIN: usize = 32;
@@ -214,6 +222,25 @@ impl ServeSettings {
             );
         }
         Ok(token)
+    }
+
+    /// The webhook's signing secret: the one set in code, else `SEATRUSH_PAYMENT_WEBHOOK_SECRET`;
+    /// None when unset (every notice is then `401`). Shorter than 32 characters is an error.
+    pub fn payment_webhook_secret(&self) -> anyhow::Result<Option<SecretString>> {
+        use secrecy::ExposeSecret;
+        let secret = match &self.payment_webhook_secret {
+            Some(secret) => Some(secret.clone()),
+            None => std::env::var(PAYMENT_WEBHOOK_SECRET_ENV).ok().filter(|s| !s.is_empty()).map(SecretString::from),
+        };
+        if let Some(secret) = &secret {
+            let chars = secret.expose_secret().chars().count();
+            anyhow::ensure!(
+                chars >= OPERATOR_TOKEN_CHARS_MIN,
+                "{PAYMENT_WEBHOOK_SECRET_ENV} has {chars} characters; at least {OPERATOR_TOKEN_CHARS_MIN} are needed \
+                 (use the signing secret your payment provider shows, or make one with: openssl rand -hex 32)"
+            );
+        }
+        Ok(secret)
     }
 
     /// What `serve` runs with when given no flags: the defaults, with any `SEATRUSH_*` twin set in

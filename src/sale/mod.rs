@@ -12,6 +12,7 @@ pub mod committer;
 pub mod latency;
 pub mod lifecycle;
 pub mod persister;
+pub mod provider_payment;
 pub mod reaper;
 pub mod settle;
 pub mod stats;

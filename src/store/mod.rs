@@ -17,6 +17,7 @@ pub use consistent::HoldersSnapshot;
 pub use events::StoredEvent;
 pub use export::ExportRow;
 pub use hold_batch::{HoldItem, PostgresBatchWriter, Written};
+pub use payments::{ExtendOutcome, EXTEND_SECONDS_MAX};
 pub use sqlite_batch::SqliteBatchWriter;
 
 use crate::domain::url::redacted;

@@ -19,6 +19,7 @@ mod observability;
 mod operator;
 mod overload;
 mod parting_ways;
+mod payments;
 mod persister;
 mod refusal_limit;
 mod schema;
