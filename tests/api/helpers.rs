@@ -110,6 +110,7 @@ pub fn spec(options: &AppOptions) -> EventSpec {
         opens_at_ms: options.opens_at_ms,
         closes_at_ms: options.closes_at_ms,
         levels: options.levels.iter().map(|(l, c)| (LevelName::parse(l).unwrap(), *c)).collect::<BTreeMap<_, _>>(),
+        payment_url: None,
     }
 }
 

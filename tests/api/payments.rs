@@ -241,3 +241,27 @@ async fn the_operator_extends_one_hold_by_the_holds_clock_sqlite() {
 async fn the_operator_extends_one_hold_by_the_holds_clock_postgres() {
     the_operator_extends_one_hold_by_the_holds_clock(Backend::Postgres).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_with_a_payment_url_puts_its_template_in_the_page_and_one_without_does_not() {
+    let app = spawn_app(AppOptions::default()).await;
+    let page = |app: &TestApp| {
+        let url = format!("{}/events/{EVENT}", app.url);
+        let client = app.client.clone();
+        async move { client.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    assert!(page(&app).await.contains(r#"<meta name="seatrush-payment-url" content="">"#), "no template: an empty one");
+    let template = "https://pay.example.org/checkout?event={event}&seat={seat}&code={code}";
+    let sql = "UPDATE events SET payment_url = $1 WHERE id = $2";
+    seatrush::store::on_pool!(&app.store, pool => sqlx::query(sql).bind(template).bind(EVENT).execute(pool).await.unwrap().rows_affected());
+    assert_eq!(app.store.event(&app.event).await.unwrap().spec.payment_url.as_deref(), Some(template));
+    // The page reads the template at most every five seconds: poll with a bound.
+    let expected = r#"content="https://pay.example.org/checkout?event={event}&amp;seat={seat}&amp;code={code}""#;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !page(&app).await.contains(expected) {
+        assert!(std::time::Instant::now() < deadline, "the page never showed the template");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let other = app.client.get(format!("{}/events/no-such-event", app.url)).send().await.unwrap().text().await.unwrap();
+    assert!(other.contains(r#"content="""#), "an event Redis does not know gets no template");
+}
