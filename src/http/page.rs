@@ -46,13 +46,16 @@ fn payment_meta(template: &str) -> String {
     format!(r#"<meta name="seatrush-payment-url" content="{}">"#, template.replace('&', "&amp;"))
 }
 
+/// A template and when it was read.
+type ReadTemplate = (Instant, Option<String>);
+
 /// How long a page serves an event's pay-link template before reading it again.
 const PAYMENT_URL_TTL: Duration = Duration::from_secs(5);
 
 /// The event's template, read from the database at most once per [`PAYMENT_URL_TTL`] per event,
 /// and only for events Redis has loaded (so unknown ids cost no database read and no memory).
 async fn payment_url(app: &AppState, event: &str) -> Option<String> {
-    static CACHE: LazyLock<Mutex<HashMap<EventId, (Instant, Option<String>)>>> = LazyLock::new(Default::default);
+    static CACHE: LazyLock<Mutex<HashMap<EventId, ReadTemplate>>> = LazyLock::new(Default::default);
     let id = EventId::parse(event).ok()?;
     app.sale.catalog.get(&id).await.ok()??;
     if let Some((read_at, template)) = CACHE.lock().expect("cache lock").get(&id) {
