@@ -73,6 +73,13 @@ impl Scripts {
         }
     }
 
+    /// The scripts with another admit source, for tests that need Redis to answer one event's
+    /// call in a way a real server only does in a race (a `fault-hooks` build only).
+    #[cfg(feature = "fault-hooks")]
+    pub fn with_admit_source(admit: &'static str) -> Self {
+        Self { admit: Script::new(admit), ..Self::new() }
+    }
+
     pub fn all(&self) -> [&Script; 4] {
         [&self.admit, &self.undo, &self.release, &self.persisted]
     }

@@ -102,3 +102,118 @@ async fn the_admit_script_keeps_the_window_whatever_a_serves_view_says() {
     app.redis::<()>(redis::cmd("DEL").arg(&app.keys.meta));
     assert_eq!(refused(app.sale.committer.admit(admit("CODE-00006", &nonce("lost"))).await), OutsideWindow::NotLoaded);
 }
+
+/// Item 6: a round with two events where one call admits and the other meets `NOREPLICAS` (a
+/// primary losing its replica between the two calls of one pipeline; forced here by an admit
+/// script that answers so for the second event). The connection is dropped for the next round,
+/// but the round's WAIT must still run on the connection that wrote the admission: with the
+/// replica stalled, the admission is short, not acknowledged by a fresh connection's WAIT.
+#[tokio::test]
+async fn a_rounds_wait_runs_on_the_connection_that_admitted() {
+    use seatrush::domain::event::EventId;
+    use seatrush::fault_hooks::FaultPlan;
+    use seatrush::redis_io::keys::EventKeys;
+    use seatrush::redis_io::scripts::Scripts;
+    use seatrush::sale::committer::AckPolicy;
+    use seatrush::sale::committer::Committer;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let app = spawn_app(AppOptions::default()).await;
+    let other = Arc::new(EventKeys::new(&EventId::parse("other-event").unwrap()));
+    let admit = include_str!("../../lua/admit.lua");
+    let (shebang, body) = admit.split_once('\n').unwrap();
+    let source = format!(
+        "{shebang}\nif KEYS[1] == '{}' then return redis.error_reply('NOREPLICAS Not enough good replicas to write.') end\n{body}",
+        other.adm
+    );
+    let scripts = Arc::new(Scripts::with_admit_source(Box::leak(source.into_boxed_str())));
+    let policy = AckPolicy { replicas: 1, timeout: Duration::from_millis(300) };
+    let committer = Committer::start(app.sale.link.clone(), scripts, policy, 1, FaultPlan::none());
+    let call = |keys: &Arc<EventKeys>, code: &str| AdmitCall {
+        keys: keys.clone(),
+        code: app.hash(code),
+        nonce: Nonce::parse(&nonce("n")).unwrap(),
+        level: "A1".into(),
+        admission_id: uuid::Uuid::new_v4().simple().to_string(),
+        retry_only: false,
+    };
+    let mine = Arc::new(app.keys.clone());
+    // Warm the committer's connection and script cache with a round of its own.
+    assert!(matches!(committer.admit(call(&mine, "CODE-00001")).await, Ok(Committed::Acked(_))));
+    let replica = app.replica.as_ref().unwrap();
+    replica.pause();
+    // A round whose WAIT falls short keeps the worker busy for the timeout, so the next two
+    // admits queue up and go in one round; it also stops the next round riding its WAIT in the
+    // admits' pipeline, so that round sends a WAIT of its own.
+    let busy = committer.admit(call(&mine, "CODE-00004"));
+    let queued = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::join!(committer.admit(call(&mine, "CODE-00002")), committer.admit(call(&other, "CODE-00003")))
+    };
+    let (first, (admitted, refused)) = tokio::join!(busy, queued);
+    replica.resume();
+    assert!(matches!(first, Ok(Committed::Short(_))), "{first:?}");
+    assert!(refused.is_err(), "the other event's call met NOREPLICAS: {refused:?}");
+    match admitted {
+        // The replica was stalled: nothing acknowledged this admission.
+        Ok(Committed::Short(_)) | Err(_) => {}
+        other => panic!("an admission counted as acknowledged by a WAIT that covered none of it: {other:?}"),
+    }
+}
+
+/// Item 7: Redis lost a holder's record (W, in the database), then the code was admitted again (X,
+/// pending, in flight). `reconcile --repair` must leave X's record for the arbiter: writing W's
+/// and deleting the code as an orphan left X's pending entry with no record, which no reaper can
+/// settle, and W's later release finding nothing. After X settles, a second repair gives W back
+/// its record, and the invariants hold.
+async fn a_repair_leaves_an_admission_in_flight_to_the_arbiter(backend: Backend) {
+    let app = spawn_app(AppOptions { backend, ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("w")).await.status, 201);
+    let hash = app.hash("CODE-00001");
+    let w = app.store.booking(&app.event, &hash).await.unwrap().unwrap();
+    // What a promoted replica without W's admission holds.
+    app.redis::<()>(redis::cmd("HDEL").arg(&app.keys.adm).arg(hash.as_str()));
+    app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg("A1").arg(-1));
+    app.redis::<()>(redis::cmd("ZADD").arg(&app.keys.free).arg(w.slot).arg(w.slot));
+    let x = match app
+        .sale
+        .committer
+        .admit(AdmitCall {
+            keys: std::sync::Arc::new(app.keys.clone()),
+            code: hash.clone(),
+            nonce: Nonce::parse(&nonce("x")).unwrap(),
+            level: "A1".into(),
+            admission_id: uuid::Uuid::new_v4().simple().to_string(),
+            retry_only: false,
+        })
+        .await
+    {
+        Ok(Committed::Acked(x)) => x,
+        other => panic!("{other:?}"),
+    };
+    seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    let record: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(hash.as_str()));
+    let record = record.expect("the code keeps a record while its admission is in flight");
+    assert!(record.contains(&x.id), "the in-flight admission's record stays: {record}");
+    // The arbiter settles X (the database holds W for the code): X is undone.
+    app.sale.settle(&app.event, &app.keys, &x, false).await.unwrap();
+    seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, true).await.unwrap();
+    let record: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(hash.as_str()));
+    assert!(record.is_some_and(|r| r.contains(&w.admission_id)), "W's record is back");
+    app.assert_invariants().await;
+    assert!(seatrush::ops::reconcile::reconcile(&app.sale.link, &app.store, &app.event, false)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn a_repair_leaves_an_admission_in_flight_to_the_arbiter_sqlite() {
+    a_repair_leaves_an_admission_in_flight_to_the_arbiter(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_repair_leaves_an_admission_in_flight_to_the_arbiter_postgres() {
+    a_repair_leaves_an_admission_in_flight_to_the_arbiter(Backend::Postgres).await;
+}
