@@ -24,6 +24,7 @@ pub mod operator;
 mod page;
 pub mod refusal_limit;
 pub mod server;
+pub mod support;
 pub mod webhook;
 
 use crate::domain::code::CodeHasher;
@@ -161,6 +162,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(operator::pay))
         .routes(routes!(operator::cancel))
         .routes(routes!(operator::extend))
+        .routes(routes!(support::lookup))
         .routes(routes!(webhook::webhook).layer(DefaultBodyLimit::max(webhook::WEBHOOK_BODY_BYTES_MAX)))
         .routes(routes!(dashboard::summary))
 }

@@ -205,7 +205,14 @@ fn outcome(result: &Result<BookingRow, LifecycleError>) -> &'static str {
 
 /// Writes the action to the audit trail. A trail that cannot be written is logged, not a reason
 /// to undo a payment that the database already holds.
-async fn audit(app: &AppState, event: &EventId, action: &str, code: &CodeHash, client: &ClientAddr, outcome: &str) {
+pub(super) async fn audit(
+    app: &AppState,
+    event: &EventId,
+    action: &str,
+    code: &CodeHash,
+    client: &ClientAddr,
+    outcome: &str,
+) {
     let entry = AuditEntry::new(event, action, code, &client.0.to_string(), outcome);
     if let Err(err) = app.sale.store.audit(&entry).await {
         tracing::warn!(error = %err, event = %event, action, "cannot write the audit trail");

@@ -14,7 +14,6 @@ use super::{AppState, ClientAddr};
 use crate::domain::code::NormalisedCode;
 use crate::domain::event::{now_ms, EventId};
 use crate::sale::provider_payment::ProviderPayment;
-use crate::store::AuditEntry;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -143,10 +142,7 @@ pub async fn webhook(
         Ok(ProviderPayment::Repeated(_)) => "repeated",
         Err(e) => e.audit_outcome(),
     };
-    let entry = AuditEntry::new(&event, "webhook_payment", &code, &client.0.to_string(), outcome);
-    if let Err(err) = app.sale.store.audit(&entry).await {
-        tracing::warn!(error = %err, event = %event, "cannot write the audit trail");
-    }
+    super::operator::audit(&app, &event, "webhook_payment", &code, &client, outcome).await;
     let (row, first) = match result? {
         ProviderPayment::Paid(row) => (row, true),
         ProviderPayment::Repeated(row) => (row, false),

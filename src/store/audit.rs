@@ -10,7 +10,7 @@ use crate::domain::event::{now_ms, EventId};
 pub struct AuditEntry {
     pub at_ms: i64,
     pub event_id: String,
-    /// `payment`, `cancel`, `extend` (an operator's) or `webhook_payment` (a provider's).
+    /// `payment`, `cancel`, `extend`, `lookup` (an operator's) or `webhook_payment` (a provider's).
     pub action: String,
     pub code_hash: String,
     /// The client address as the edge saw it (the peer, or a trusted proxy's `X-Forwarded-For`).

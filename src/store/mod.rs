@@ -8,6 +8,7 @@ mod consistent;
 mod events;
 mod export;
 mod hold_batch;
+mod lookup;
 mod payments;
 mod sqlite_batch;
 
@@ -17,6 +18,7 @@ pub use consistent::HoldersSnapshot;
 pub use events::StoredEvent;
 pub use export::ExportRow;
 pub use hold_batch::{HoldItem, PostgresBatchWriter, Written};
+pub use lookup::{CodeRecord, HISTORY_MAX};
 pub use payments::{ExtendOutcome, EXTEND_SECONDS_MAX};
 pub use sqlite_batch::SqliteBatchWriter;
 

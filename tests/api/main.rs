@@ -25,4 +25,5 @@ mod refusal_limit;
 mod schema;
 mod scripts;
 mod secrecy;
+mod support;
 mod tls;
