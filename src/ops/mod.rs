@@ -8,6 +8,7 @@ pub mod candidates_file;
 pub mod code_strength;
 mod commands;
 pub mod export;
+pub mod heal;
 pub mod loader;
 pub mod reconcile;
 pub mod settings;

@@ -10,6 +10,7 @@ mod edge;
 mod export;
 mod faults;
 mod gates;
+mod heal;
 mod helpers;
 mod holes;
 mod layout;
