@@ -4,7 +4,7 @@
 //! lab's commands (`bench`, `faults`, `demo --burst`) are the `seatrush-lab` binary's (`lab/`).
 
 use crate::demo::DemoArgs;
-use crate::ops::settings::{Connections, PersistTimeout, ServeSettings};
+use crate::ops::settings::{Connections, PersistTimeout, RedisChecks, ServeSettings};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -44,7 +44,12 @@ pub enum Command {
         action: AllowlistAction,
     },
     /// Check Redis, load the event and its allowlist into Redis, open the sale
-    Open(EventArg),
+    Open {
+        #[command(flatten)]
+        event: EventArg,
+        #[command(flatten)]
+        redis_checks: RedisChecks,
+    },
     /// Close the sale
     Close(EventArg),
     /// Redis and database side by side, level by level
@@ -61,6 +66,19 @@ pub enum Command {
         /// Write the recomputed counters and seat pool to Redis
         #[arg(long)]
         repair: bool,
+    },
+    /// The list after the sale: every booking as CSV (code_hash, level, seat, state, times, payment
+    /// reference), optionally joined to your own candidate file
+    Export {
+        #[command(flatten)]
+        event: EventArg,
+        /// Write the CSV to this file (replaced whole) instead of stdout
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Your candidate list (CSV with a `code` column): its codes are hashed with the running
+        /// SEATRUSH_CODE_PEPPER and its other columns added to each booking; raw codes are not copied
+        #[arg(long)]
+        codes: Option<PathBuf>,
     },
     /// The HTTP API, the booking page, the reaper and the hold expiry
     Serve(ServeSettings),
@@ -145,6 +163,24 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::ValueValidation, "{args}: {err}");
             assert!(err.to_string().contains(range), "{args}: {err}");
         }
+    }
+
+    #[test]
+    fn the_unverifiable_settings_acknowledgement_is_a_flag_of_open_and_serve_only() {
+        let Command::Open { redis_checks, .. } =
+            parse("open --event spring --redis-settings-unverifiable-ok").unwrap().command
+        else {
+            panic!("open")
+        };
+        assert!(redis_checks.redis_settings_unverifiable_ok);
+        let Command::Serve(serve) = parse("serve --redis-settings-unverifiable-ok").unwrap().command else {
+            panic!("serve")
+        };
+        assert!(serve.redis_checks.redis_settings_unverifiable_ok);
+        let Command::Open { redis_checks, .. } = parse("open --event spring").unwrap().command else { panic!("open") };
+        assert!(!redis_checks.redis_settings_unverifiable_ok, "off unless asked for");
+        let err = parse("close --event spring --redis-settings-unverifiable-ok").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnknownArgument, "{err}");
     }
 
     #[test]

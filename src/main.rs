@@ -40,10 +40,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Allowlist { action: AllowlistAction::Generate { event, count, out } } => {
             ops::generate_allowlist(s, &event, count as usize, &out).await?
         }
-        Command::Open(e) => ops::open(s, &e.event).await?,
+        Command::Open { event, redis_checks } => ops::open(s, &event.event, &redis_checks).await?,
         Command::Close(e) => ops::close(s, &e.event).await?,
         Command::Status { event, persist_timeout } => ops::status(s, &event.event, &persist_timeout).await?,
         Command::Reconcile { event, repair } => ops::reconcile(s, &event.event, repair).await?,
+        Command::Export { event, out, codes } => {
+            ops::export::export(s, &event.event, out.as_deref(), codes.as_deref()).await?
+        }
         Command::Serve(serve) => ops::serve(s, &serve).await?,
         Command::Demo(args) => demo::run(s, &args).await?,
     }

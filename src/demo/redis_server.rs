@@ -30,6 +30,11 @@ pub struct RedisOptions {
     pub port: Option<u16>,
     /// TLS only: the port is the `tls-port` and the plain port is off (`port 0`).
     pub tls: Option<RedisTls>,
+    /// `requirepass` (the default user's password), and `masterauth` for a replica; this
+    /// module's own client and [`RedisServer::url`] then carry it.
+    pub password: Option<String>,
+    /// Commands renamed away (`rename-command NAME ""`), as managed Redis services do to `CONFIG`.
+    pub renamed_away: Vec<String>,
 }
 
 /// A TLS-only server's files (PEM): its certificate and key, and the CA that signed the
@@ -63,21 +68,24 @@ pub struct RedisServer {
     pub port: u16,
     dir: TempDir,
     tls: Option<RedisTls>,
+    password: Option<String>,
 }
 
 /// Bound on a synchronous command: a SIGSTOPped server accepts the connection (the kernel does)
 /// but never answers, and a caller must not hang on it.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// `redis://127.0.0.1:{port}`, or `rediss://` for a TLS server.
-fn url_of(port: u16, tls: Option<&RedisTls>) -> String {
+/// `redis://127.0.0.1:{port}`, or `rediss://` for a TLS server; `redis://:PASSWORD@…` with a
+/// password.
+fn url_of(port: u16, tls: Option<&RedisTls>, password: Option<&str>) -> String {
     let scheme = if tls.is_some() { "rediss" } else { "redis" };
-    format!("{scheme}://127.0.0.1:{port}")
+    let auth = password.map(|p| format!(":{p}@")).unwrap_or_default();
+    format!("{scheme}://{auth}127.0.0.1:{port}")
 }
 
 /// A client of the server on `port`, checking a TLS server's certificate against its CA.
-fn client_of(port: u16, tls: Option<&RedisTls>) -> anyhow::Result<redis::Client> {
-    let url = url_of(port, tls);
+fn client_of(port: u16, tls: Option<&RedisTls>, password: Option<&str>) -> anyhow::Result<redis::Client> {
+    let url = url_of(port, tls, password);
     Ok(match tls {
         None => redis::Client::open(url)?,
         Some(tls) => {
@@ -87,8 +95,8 @@ fn client_of(port: u16, tls: Option<&RedisTls>) -> anyhow::Result<redis::Client>
     })
 }
 
-fn sync_connection(port: u16, tls: Option<&RedisTls>) -> anyhow::Result<redis::Connection> {
-    let conn = client_of(port, tls)?.get_connection_with_timeout(COMMAND_TIMEOUT)?;
+fn sync_connection(port: u16, tls: Option<&RedisTls>, password: Option<&str>) -> anyhow::Result<redis::Connection> {
+    let conn = client_of(port, tls, password)?.get_connection_with_timeout(COMMAND_TIMEOUT)?;
     conn.set_read_timeout(Some(COMMAND_TIMEOUT))?;
     conn.set_write_timeout(Some(COMMAND_TIMEOUT))?;
     Ok(conn)
@@ -96,11 +104,16 @@ fn sync_connection(port: u16, tls: Option<&RedisTls>) -> anyhow::Result<redis::C
 
 /// A synchronous command to the server on `port` of 127.0.0.1.
 pub fn command_at<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> anyhow::Result<T> {
-    command_with(port, None, cmd)
+    command_with(port, None, None, cmd)
 }
 
-fn command_with<T: redis::FromRedisValue>(port: u16, tls: Option<&RedisTls>, cmd: &redis::Cmd) -> anyhow::Result<T> {
-    cmd.query(&mut sync_connection(port, tls)?).with_context(|| format!("redis on port {port}"))
+fn command_with<T: redis::FromRedisValue>(
+    port: u16,
+    tls: Option<&RedisTls>,
+    password: Option<&str>,
+    cmd: &redis::Cmd,
+) -> anyhow::Result<T> {
+    cmd.query(&mut sync_connection(port, tls, password)?).with_context(|| format!("redis on port {port}"))
 }
 
 /// A port the OS just handed out on 127.0.0.1.
@@ -187,13 +200,21 @@ impl RedisServer {
         if let Some(primary) = options.replica_of {
             args.push(("replicaof".into(), format!("127.0.0.1 {primary}")));
         }
+        if let Some(password) = &options.password {
+            args.push(("requirepass".into(), password.clone()));
+            args.push(("masterauth".into(), password.clone()));
+        }
         args.extend(options.extra.iter().cloned());
         for (name, value) in &args {
             cmd.arg(format!("--{name}")).arg(value);
         }
+        for command in &options.renamed_away {
+            // Two arguments: one `NAME ""` would reach the config parser quoted as a single word.
+            cmd.arg("--rename-command").arg(command).arg("");
+        }
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let child = spawn_tied(cmd).map_err(spawn_error)?;
-        let mut server = Self { child, port, dir, tls: options.tls.clone() };
+        let mut server = Self { child, port, dir, tls: options.tls.clone(), password: options.password.clone() };
         server.wait_ready(options.replica_of.is_some())?;
         Ok(server)
     }
@@ -212,13 +233,37 @@ impl RedisServer {
         quorum: u32,
         tls: Option<&RedisTls>,
     ) -> anyhow::Result<Self> {
+        Self::start_sentinel_conf(primary_port, master_name, quorum, tls, &SentinelPasswords::default())
+    }
+
+    /// [`RedisServer::start_sentinel`] with passwords: the one it answers to (`requirepass` in
+    /// sentinel.conf) and the one it gives the nodes it watches (`sentinel auth-pass`).
+    pub fn start_sentinel_authenticated(
+        primary_port: u16,
+        master_name: &str,
+        quorum: u32,
+        passwords: &SentinelPasswords,
+    ) -> anyhow::Result<Self> {
+        Self::start_sentinel_conf(primary_port, master_name, quorum, None, passwords)
+    }
+
+    fn start_sentinel_conf(
+        primary_port: u16,
+        master_name: &str,
+        quorum: u32,
+        tls: Option<&RedisTls>,
+        passwords: &SentinelPasswords,
+    ) -> anyhow::Result<Self> {
         let dir = TempDir::new("seatrush-sentinel-")?;
         let port = free_port()?;
         let conf = dir.path().join("sentinel.conf");
-        let listen: String = match tls {
+        let mut listen: String = match tls {
             None => format!("port {port}\n"),
             Some(tls) => tls.settings(port).iter().map(|(name, value)| format!("{name} {value}\n")).collect(),
         };
+        if let Some(own) = &passwords.own {
+            listen.push_str(&format!("requirepass {own}\n"));
+        }
         std::fs::write(
             &conf,
             format!(
@@ -226,15 +271,20 @@ impl RedisServer {
                  sentinel monitor {master_name} 127.0.0.1 {primary_port} {quorum}\n\
                  sentinel down-after-milliseconds {master_name} 1000\n\
                  sentinel failover-timeout {master_name} 4000\n\
-                 sentinel parallel-syncs {master_name} 1\n",
+                 sentinel parallel-syncs {master_name} 1\n{nodes}",
                 dir = dir.path().display(),
                 log = dir.path().join("redis.log").display(),
+                nodes = passwords
+                    .nodes
+                    .as_ref()
+                    .map(|p| format!("sentinel auth-pass {master_name} {p}\n"))
+                    .unwrap_or_default(),
             ),
         )?;
         let mut cmd = Command::new("redis-server");
         cmd.arg(&conf).arg("--sentinel").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let child = spawn_tied(cmd).map_err(spawn_error)?;
-        let mut server = Self { child, port, dir, tls: tls.cloned() };
+        let mut server = Self { child, port, dir, tls: tls.cloned(), password: passwords.own.clone() };
         server.wait_ready(false)?;
         Ok(server)
     }
@@ -256,16 +306,30 @@ impl RedisServer {
     /// too early: after a diskless sync the primary streams nothing to a replica (not even the
     /// GETACK that WAIT sends) until the replica's first periodic ACK, up to a second later.
     pub fn wait_replicas_online(&self, n: usize) -> anyhow::Result<()> {
-        wait_replicas_online_with(self.port, self.tls.as_ref(), n)
+        wait_replicas_online_with(self.port, self.tls.as_ref(), self.password.as_deref(), n)
     }
+}
+
+/// A Sentinel's passwords (plain text: these are test and demo servers).
+#[derive(Clone, Debug, Default)]
+pub struct SentinelPasswords {
+    /// What its clients must send (`requirepass` in sentinel.conf).
+    pub own: Option<String>,
+    /// What it sends to the primary and replicas it watches (`sentinel auth-pass`).
+    pub nodes: Option<String>,
 }
 
 /// [`RedisServer::wait_replicas_online`] for the server on `port`, without holding the server.
 pub fn wait_replicas_online_at(port: u16, n: usize) -> anyhow::Result<()> {
-    wait_replicas_online_with(port, None, n)
+    wait_replicas_online_with(port, None, None, n)
 }
 
-fn wait_replicas_online_with(port: u16, tls: Option<&RedisTls>, n: usize) -> anyhow::Result<()> {
+fn wait_replicas_online_with(
+    port: u16,
+    tls: Option<&RedisTls>,
+    password: Option<&str>,
+    n: usize,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;
     let mut probe = redis::pipe();
     probe
@@ -282,7 +346,7 @@ fn wait_replicas_online_with(port: u16, tls: Option<&RedisTls>, n: usize) -> any
     loop {
         // With min-replicas-to-write set, the probe itself is refused until the replica counts.
         let acked = match probe
-            .query::<(usize,)>(&mut sync_connection(port, tls)?)
+            .query::<(usize,)>(&mut sync_connection(port, tls, password)?)
             .with_context(|| format!("redis on port {port}"))
         {
             Ok((acked,)) => acked,
@@ -316,9 +380,10 @@ impl RedisServer {
         }
     }
 
-    /// `redis://127.0.0.1:PORT`, or `rediss://` for a TLS server.
+    /// `redis://127.0.0.1:PORT`, or `rediss://` for a TLS server, with `:PASSWORD@` when the
+    /// server has one.
     pub fn url(&self) -> String {
-        url_of(self.port, self.tls.as_ref())
+        url_of(self.port, self.tls.as_ref(), self.password.as_deref())
     }
 
     /// The CA file a TLS server's certificate is checked against (None for a plain server).
@@ -365,7 +430,7 @@ impl RedisServer {
     }
 
     fn is_ready(&self, replica: bool) -> bool {
-        let Ok(client) = client_of(self.port, self.tls.as_ref()) else { return false };
+        let Ok(client) = client_of(self.port, self.tls.as_ref(), self.password.as_deref()) else { return false };
         let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else { return false };
         let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut conn) else { return false };
         if replica {
@@ -379,7 +444,7 @@ impl RedisServer {
 
     /// A synchronous command, for tests and the fault runner.
     pub fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> anyhow::Result<T> {
-        command_with(self.port, self.tls.as_ref(), cmd)
+        command_with(self.port, self.tls.as_ref(), self.password.as_deref(), cmd)
     }
 
     /// Sets `min-replicas-to-write` and waits until the primary counts that many good replicas

@@ -80,6 +80,8 @@ pub enum EventError {
     Time { field: &'static str, value: String },
     #[error("closes_at must come after opens_at")]
     Window,
+    #[error(transparent)]
+    PaymentUrl(#[from] crate::domain::payment_url::PaymentUrlError),
 }
 
 /// One sale, as applied to the database.
@@ -92,6 +94,8 @@ pub struct EventSpec {
     pub opens_at_ms: Option<i64>,
     pub closes_at_ms: Option<i64>,
     pub levels: BTreeMap<LevelName, i64>,
+    /// The pay-link template the page shows after a `201` (`domain/payment_url.rs`).
+    pub payment_url: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -103,6 +107,7 @@ struct EventFile {
     opens_at: Option<String>,
     closes_at: Option<String>,
     levels: BTreeMap<String, i64>,
+    payment_url: Option<String>,
 }
 
 fn parse_time(field: &'static str, value: Option<String>) -> Result<Option<i64>, EventError> {
@@ -153,6 +158,7 @@ impl EventSpec {
             opens_at_ms,
             closes_at_ms,
             levels,
+            payment_url: file.payment_url.as_deref().map(crate::domain::payment_url::parse_payment_url).transpose()?,
         })
     }
 }
@@ -182,6 +188,19 @@ closes_at = "2027-03-01T12:00:00Z"
 A1 = 30
 B1 = 50
 "#;
+
+    #[test]
+    fn a_payment_url_is_read_and_checked() {
+        assert_eq!(EventSpec::from_toml(GOOD).unwrap().payment_url, None);
+        let with =
+            GOOD.replace("[levels]", "payment_url = \"https://pay.example.org/{event}/{seat}?code={code}\"\n[levels]");
+        assert_eq!(
+            EventSpec::from_toml(&with).unwrap().payment_url.as_deref(),
+            Some("https://pay.example.org/{event}/{seat}?code={code}")
+        );
+        let bad = GOOD.replace("[levels]", "payment_url = \"javascript:alert(1)\"\n[levels]");
+        assert!(EventSpec::from_toml(&bad).unwrap_err().to_string().contains("https://"));
+    }
 
     #[test]
     fn the_design_example_parses() {

@@ -6,4 +6,5 @@ pub mod admission;
 pub mod code;
 pub mod event;
 pub mod nonce;
+pub mod payment_url;
 pub(crate) mod url;

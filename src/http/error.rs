@@ -63,6 +63,13 @@ pub enum ApiError {
     /// [`AnswerStatus::Released`].
     #[error("released")]
     Released,
+    /// [`AnswerStatus::AlreadyPaid`].
+    #[error("already paid")]
+    AlreadyPaid,
+    /// [`AnswerStatus::Unauthorized`], for a payment notice whose signature does not verify (no
+    /// `WWW-Authenticate`: it is not a bearer-token endpoint).
+    #[error("bad or missing signature")]
+    BadSignature,
     /// [`AnswerStatus::RateLimited`], with the seconds for `Retry-After`.
     #[error("rate limited")]
     RateLimited(u64),
@@ -85,6 +92,8 @@ impl ApiError {
             ApiError::NotFound => AnswerStatus::NotFound,
             ApiError::Refused(refusal) => refusal.answer(),
             ApiError::Released => AnswerStatus::Released,
+            ApiError::AlreadyPaid => AnswerStatus::AlreadyPaid,
+            ApiError::BadSignature => AnswerStatus::Unauthorized,
             ApiError::RateLimited(_) => AnswerStatus::RateLimited,
             ApiError::Retry(_) => AnswerStatus::Retry,
             ApiError::Internal(_) => AnswerStatus::InternalError,
@@ -162,6 +171,8 @@ impl From<LifecycleError> for ApiError {
         match e {
             LifecycleError::NotFound => ApiError::NotFound,
             LifecycleError::Released => ApiError::Released,
+            LifecycleError::AlreadyPaid => ApiError::AlreadyPaid,
+            LifecycleError::ReferenceUsed => ApiError::InvalidRequest(e.to_string()),
             LifecycleError::Store(err) => {
                 tracing::warn!(error = %err, "database unavailable");
                 ApiError::Retry("database unavailable")

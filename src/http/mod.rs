@@ -24,6 +24,8 @@ pub(crate) mod operator;
 mod page;
 pub mod refusal_limit;
 pub mod server;
+pub mod support;
+pub mod webhook;
 
 use crate::domain::code::CodeHasher;
 use crate::sale::Sale;
@@ -69,6 +71,9 @@ pub struct App {
     pub sale: Arc<Sale>,
     pub hasher: CodeHasher,
     pub operator_token: Option<SecretString>,
+    /// `SEATRUSH_PAYMENT_WEBHOOK_SECRET`: the key of the payment provider's signatures; None
+    /// refuses every notice (`401`).
+    pub payment_webhook_secret: Option<SecretString>,
     pub edge: Arc<Edge>,
 }
 
@@ -156,6 +161,9 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(bookings::create).layer(DefaultBodyLimit::max(bookings::BOOKING_BODY_BYTES_MAX)))
         .routes(routes!(operator::pay))
         .routes(routes!(operator::cancel))
+        .routes(routes!(operator::extend))
+        .routes(routes!(support::lookup))
+        .routes(routes!(webhook::webhook).layer(DefaultBodyLimit::max(webhook::WEBHOOK_BODY_BYTES_MAX)))
         .routes(routes!(dashboard::summary))
 }
 

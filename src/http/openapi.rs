@@ -13,6 +13,7 @@ use utoipa::{Modify, OpenApi};
     tags(
         (name = "bookings", description = "What the booking page calls"),
         (name = "operator", description = "Behind `Authorization: Bearer <operator-token>`"),
+        (name = "payments", description = "What a payment provider calls, signed with the webhook secret"),
         (name = "operations", description = "Health and metrics"),
     )
 )]
@@ -64,6 +65,15 @@ mod tests {
             );
             assert!(doc["paths"][&path]["post"]["security"][0]["operator_token"].is_array());
         }
+        let extend = "/api/events/{event}/bookings/{code}/extend";
+        assert_eq!(statuses(&doc, extend, "post"), set(&["200", "400", "401", "404", "409", "429", "503"]));
+        assert!(doc["paths"][extend]["post"]["security"][0]["operator_token"].is_array());
+        let lookup = "/api/events/{event}/bookings/{code}";
+        assert_eq!(statuses(&doc, lookup, "get"), set(&["200", "400", "401", "404", "429", "503"]));
+        assert!(doc["paths"][lookup]["get"]["security"][0]["operator_token"].is_array());
+        let webhook = "/api/events/{event}/payments/webhook";
+        assert_eq!(statuses(&doc, webhook, "post"), set(&["200", "400", "401", "404", "409", "503"]));
+        assert!(doc["paths"][webhook]["post"]["security"].is_null(), "signed, not behind the operator token");
         assert_eq!(statuses(&doc, "/healthz", "get"), set(&["200"]));
         assert_eq!(statuses(&doc, "/readyz", "get"), set(&["200", "503"]));
         assert_eq!(statuses(&doc, "/api/ops/summary", "get"), set(&["200", "401", "429", "503"]));

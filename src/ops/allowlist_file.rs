@@ -6,9 +6,9 @@
 use crate::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 
 /// The byte-order mark a spreadsheet puts before a UTF-8 export.
-const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+pub(super) const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 /// The header (case-insensitive, trimmed) of the column that holds the codes.
-const CODE_COLUMN: &str = "code";
+pub(super) const CODE_COLUMN: &str = "code";
 
 /// What an allowlist file held.
 #[derive(Debug, Default)]
@@ -72,18 +72,18 @@ pub fn parse_allowlist(file: &[u8], hasher: &CodeHasher) -> ParsedAllowlist {
 /// offset it gives is where that ending starts, so the record's line is found by counting the
 /// newlines up to it and then skipping the line endings that follow. Offsets only grow, so the
 /// count is carried forward: linear in the file, however many records.
-struct LineCounter<'a> {
+pub(super) struct LineCounter<'a> {
     file: &'a [u8],
     offset: usize,
     line: u64,
 }
 
 impl<'a> LineCounter<'a> {
-    fn new(file: &'a [u8]) -> Self {
+    pub(super) fn new(file: &'a [u8]) -> Self {
         Self { file, offset: 0, line: 1 }
     }
 
-    fn line_at(&mut self, byte: u64) -> u64 {
+    pub(super) fn line_at(&mut self, byte: u64) -> u64 {
         let byte = usize::try_from(byte).unwrap_or(usize::MAX).clamp(self.offset, self.file.len());
         self.line += newlines(&self.file[self.offset..byte]);
         self.offset = byte;
@@ -97,7 +97,7 @@ fn newlines(bytes: &[u8]) -> u64 {
 }
 
 /// A reader error in words, without the record's content (which may hold a code).
-fn csv_error(err: &csv::Error) -> String {
+pub(super) fn csv_error(err: &csv::Error) -> String {
     match err.kind() {
         csv::ErrorKind::Utf8 { .. } => "not valid UTF-8 (save the file as UTF-8)".into(),
         _ => "unreadable CSV record".into(),

@@ -8,8 +8,8 @@ use crate::http::{self, App, AppState, Edge};
 use crate::ops::allowlist_file::parse_allowlist;
 use crate::ops::loader;
 use crate::ops::reconcile as recompute;
-use crate::ops::settings::{Connections, PersistTimeout, ServeSettings};
-use crate::redis_io::link::{require_noeviction, RedisLink};
+use crate::ops::settings::{Connections, PersistTimeout, RedisChecks, ServeSettings};
+use crate::redis_io::link::RedisLink;
 use crate::sale::committer::AckPolicy;
 use crate::sale::persister::PersistPolicy;
 use crate::sale::{Sale, SaleSettings};
@@ -108,15 +108,16 @@ pub fn warn_if_unpeppered(hasher: &CodeHasher) {
     }
 }
 
-pub async fn open(connections: &Connections, event: &str) -> anyhow::Result<()> {
+pub async fn open(connections: &Connections, event: &str, checks: &RedisChecks) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
     let hasher = CodeHasher::from_env();
     warn_if_unpeppered(&hasher);
     let (link, store) = connect(connections).await?;
     store.check_allowlist_pepper(&id, &hasher.fingerprint()).await?;
     let mut conn = link.check().await?;
-    let report = loader::open_event(&mut conn, &store, &id).await?;
-    for warning in report.min_replicas_warning.iter().chain(&report.persistence_warning) {
+    let report =
+        loader::open_event_acknowledging(&mut conn, &store, &id, checks.redis_settings_unverifiable_ok).await?;
+    for warning in report.settings.all() {
         eprintln!("warning: {warning}");
     }
     println!(
@@ -266,13 +267,19 @@ pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> a
         store.check_allowlist_pepper(&id, &hasher.fingerprint()).await?;
     }
     let mut conn = link.check().await?;
-    require_noeviction(&mut conn).await?;
-    if let Some(warning) = crate::redis_io::link::persistence_warning(&mut conn).await? {
+    let unverifiable_ok = settings.redis_checks.redis_settings_unverifiable_ok;
+    for warning in crate::redis_io::primary_settings::check_primary(&mut conn, unverifiable_ok).await?.all() {
         tracing::warn!("{warning}");
     }
     let sale = Sale::new(Arc::new(link), store, sale_settings(settings), FaultPlan::from_env()?)?;
     sale.allowlist().warm(sale.catalog()).await?;
-    Ok(AppState::new(App { sale: Arc::new(sale), hasher, operator_token, edge: Edge::new(settings.edge()) }))
+    Ok(AppState::new(App {
+        sale: Arc::new(sale),
+        hasher,
+        operator_token,
+        payment_webhook_secret: settings.payment_webhook_secret()?,
+        edge: Edge::new(settings.edge()),
+    }))
 }
 
 /// Serves HTTP and runs the reaper until ctrl-c or SIGTERM.

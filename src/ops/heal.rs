@@ -90,7 +90,10 @@ async fn rebuild(sale: &Sale, event: &EventId) {
         Ok(conn) => conn,
         Err(e) => return tracing::warn!(%event, error = %e, "cannot reach Redis to rebuild the event"),
     };
-    match loader::open_event(&mut conn, sale.store(), event).await {
+    // This serve passed the check of the primary's settings at start (or the operator
+    // acknowledged what it could not read, --redis-settings-unverifiable-ok): a setting unreadable
+    // now does not stop the rebuild; an evicting policy still does.
+    match loader::open_event_acknowledging(&mut conn, sale.store(), event, true).await {
         Ok(report) => {
             Stats::bump(&sale.stats().heal_rebuilt);
             tracing::warn!(%event, free_seats = report.free_seats,

@@ -17,9 +17,9 @@ use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::{now_ms, EventId};
 use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
-use crate::redis_io::link::{config_get, persistence_warning, require_noeviction};
 use crate::redis_io::oplock::OperatorLock;
 use crate::redis_io::scripts::{self, admission_record, Script};
+use crate::redis_io::primary_settings::{check_primary, SettingsWarnings};
 use crate::store::{BookingRow, Store, StoredEvent};
 use anyhow::{bail, Context};
 use redis::aio::MultiplexedConnection;
@@ -73,8 +73,8 @@ pub struct OpenReport {
     pub rebuilt: bool,
     /// `(before, after)` when the seat pool was resized to a changed `total_seats`.
     pub resized: Option<(i64, i64)>,
-    pub min_replicas_warning: Option<String>,
-    pub persistence_warning: Option<String>,
+    /// What the check of the primary's settings found (`redis_io/primary_settings.rs`).
+    pub settings: SettingsWarnings,
 }
 
 /// The keys one `open` run stages, named for that run.
@@ -108,15 +108,27 @@ enum Loaded {
     Yes { generation: String, total_seats: i64 },
 }
 
-/// Takes the event's operator lock, checks the primary's settings, loads the event and marks it open.
+/// Takes the event's operator lock, checks the primary's settings, loads the event and marks it
+/// open. A setting that cannot be read refuses the open ([`open_event_acknowledging`] goes on).
 pub async fn open_event(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<OpenReport> {
-    require_noeviction(conn).await?;
+    open_event_acknowledging(conn, store, id, false).await
+}
+
+/// [`open_event`]; with `unverifiable_ok` (`--redis-settings-unverifiable-ok`) a setting of the
+/// primary that cannot be read is a warning in the report instead of a refusal.
+pub async fn open_event_acknowledging(
+    conn: &mut MultiplexedConnection,
+    store: &Store,
+    id: &EventId,
+    unverifiable_ok: bool,
+) -> anyhow::Result<OpenReport> {
+    let settings = check_primary(conn, unverifiable_ok).await?;
     let lock = OperatorLock::acquire(conn, id, "open").await?;
     let opened = open_locked(conn, store, id, &lock).await;
     if let Err(e) = lock.release().await {
         tracing::warn!(event = %id, error = %e, "cannot free the operator lock; it expires by itself");
     }
-    opened
+    opened.map(|report| OpenReport { settings, ..report })
 }
 
 async fn open_locked(
@@ -125,14 +137,6 @@ async fn open_locked(
     id: &EventId,
     lock: &OperatorLock,
 ) -> anyhow::Result<OpenReport> {
-    let min_replicas = config_get(conn, "min-replicas-to-write").await?.unwrap_or_default();
-    let min_replicas_warning = (min_replicas.parse::<i64>().unwrap_or(0) < 1).then(|| {
-        format!(
-            "min-replicas-to-write is {min_replicas:?}: a primary cut off from its replica will keep admitting writes that a failover can lose. \
-             Fix: redis-cli CONFIG SET min-replicas-to-write 1"
-        )
-    });
-    let persistence_warning = persistence_warning(conn).await?;
     let event = store.event(id).await?;
     let keys = EventKeys::new(id);
     let loaded = read_loaded(conn, &keys).await?;
@@ -159,8 +163,7 @@ async fn open_locked(
         free_seats,
         rebuilt: loaded == Loaded::No,
         resized,
-        min_replicas_warning,
-        persistence_warning,
+        settings: SettingsWarnings::default(),
     })
 }
 

@@ -1,11 +1,13 @@
-//! Operator commands: `event apply`, `allowlist import`, `open`, `close`, `status`, `reconcile`
-//! and `serve`, with the settings they share. Loading an event into Redis (`loader`) and
+//! Operator commands: `event apply`, `allowlist import`, `open`, `close`, `status`, `reconcile`,
+//! `export` and `serve`, with the settings they share. Loading an event into Redis (`loader`) and
 //! recomputing it from the database (`reconcile`) live beside them.
 
 pub mod allowlist_file;
 pub mod apply;
+pub mod candidates_file;
 pub(crate) mod code_strength;
 mod commands;
+pub mod export;
 pub mod heal;
 pub mod loader;
 pub mod reconcile;

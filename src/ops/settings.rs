@@ -52,6 +52,17 @@ impl std::fmt::Debug for Connections {
     }
 }
 
+/// How `open` and `serve` treat a setting of the Redis primary they cannot read
+/// (`redis_io/primary_settings.rs`): managed services often block `CONFIG`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RedisChecks {
+    /// Go on when a setting of the Redis primary (maxmemory-policy, min-replicas-to-write,
+    /// persistence) can be read neither from INFO nor with CONFIG GET, because you have checked it
+    /// yourself (maxmemory-policy noeviction above all); without it such a primary is refused
+    #[arg(long, env = "SEATRUSH_REDIS_SETTINGS_UNVERIFIABLE_OK")]
+    pub redis_settings_unverifiable_ok: bool,
+}
+
 /// Most committer connections, persist writers, replicas to wait for.
 const CONNECTIONS_MAX: u64 = 64;
 /// Longest any of the millisecond settings may be: an hour.
@@ -72,6 +83,11 @@ pub struct ServeSettings {
     /// [`ServeSettings::operator_token`]; code that builds a server in-process may set it.
     #[arg(skip)]
     pub operator_token: Option<SecretString>,
+    /// The payment provider's signing secret: from SEATRUSH_PAYMENT_WEBHOOK_SECRET, by
+    /// [`ServeSettings::payment_webhook_secret`] (never a flag); code that builds a server
+    /// in-process may set it.
+    #[arg(skip)]
+    pub payment_webhook_secret: Option<SecretString>,
     /// Replicas that must acknowledge an admission before it counts (0 = no WAIT)
     #[arg(long, env = "SEATRUSH_WAIT_REPLICAS", default_value_t = 1, value_parser = value_parser!(u32).range(0..=CONNECTIONS_MAX as i64))]
     pub wait_replicas: u32,
@@ -80,6 +96,8 @@ pub struct ServeSettings {
     pub wait_timeout_ms: u64,
     #[command(flatten)]
     pub persist_timeout: PersistTimeout,
+    #[command(flatten)]
+    pub redis_checks: RedisChecks,
     /// Time between reaper passes, in milliseconds
     #[arg(long, env = "SEATRUSH_REAPER_INTERVAL_MS", default_value_t = 1_000, value_parser = value_parser!(u64).range(1..=MILLISECONDS_MAX))]
     pub reaper_interval_ms: u64,
@@ -145,6 +163,9 @@ pub struct ServeSettings {
     pub hsts: bool,
 }
 
+/// Where the payment provider's signing secret comes from (the environment only).
+pub const PAYMENT_WEBHOOK_SECRET_ENV: &str = "SEATRUSH_PAYMENT_WEBHOOK_SECRET";
+
 /// Shortest operator token accepted: 32 characters, so it cannot be guessed in the time a sale
 /// runs even without the 401 limit.
 pub const OPERATOR_TOKEN_CHARS_MIN: usize = 32;
@@ -195,6 +216,25 @@ impl ServeSettings {
             );
         }
         Ok(token)
+    }
+
+    /// The webhook's signing secret: the one set in code, else `SEATRUSH_PAYMENT_WEBHOOK_SECRET`;
+    /// None when unset (every notice is then `401`). Shorter than 32 characters is an error.
+    pub fn payment_webhook_secret(&self) -> anyhow::Result<Option<SecretString>> {
+        use secrecy::ExposeSecret;
+        let secret = match &self.payment_webhook_secret {
+            Some(secret) => Some(secret.clone()),
+            None => std::env::var(PAYMENT_WEBHOOK_SECRET_ENV).ok().filter(|s| !s.is_empty()).map(SecretString::from),
+        };
+        if let Some(secret) = &secret {
+            let chars = secret.expose_secret().chars().count();
+            anyhow::ensure!(
+                chars >= OPERATOR_TOKEN_CHARS_MIN,
+                "{PAYMENT_WEBHOOK_SECRET_ENV} has {chars} characters; at least {OPERATOR_TOKEN_CHARS_MIN} are needed \
+                 (use the signing secret your payment provider shows, or make one with: openssl rand -hex 32)"
+            );
+        }
+        Ok(secret)
     }
 
     /// What `serve` runs with when given no flags: the defaults, with any `SEATRUSH_*` twin set in

@@ -3,6 +3,12 @@
 //! Sentinels who the primary is now. Connections that fail, or that land on a demoted primary,
 //! are dropped so the next call reconnects and follows a failover.
 //!
+//! Credentials: a `redis://user:password@host` URL's are the server's. Through Sentinel,
+//! `redis+sentinel://user:password@h1:26379,h2:26379/master` carries the data nodes' (the
+//! `requirepass` or ACL user of the primary and replicas, which is what every command goes to),
+//! and the Sentinels' own come from `SEATRUSH_SENTINEL_PASSWORD` (and `SEATRUSH_SENTINEL_USERNAME`
+//! for an ACL user): two different servers, so two credentials, each said once.
+//!
 //! TLS: `rediss://host:port`, and `rediss+sentinel://h1:26379,h2:26379/master-name` for TLS to the
 //! Sentinels and to the primary they name. The servers' certificates are checked against the CA
 //! file given ([`RedisLink::open`], `--redis-ca-file`), else against the system's roots; the
@@ -32,6 +38,11 @@ pub enum LinkError {
          redis+sentinel://host:port,host:port/master-name or rediss+sentinel://host:port,host:port/master-name (TLS)"
     )]
     Url(String),
+    #[error(
+        "{SENTINEL_PASSWORD_ENV} (or {SENTINEL_USERNAME_ENV}) is set but the redis URL {0:?} is not a Sentinel URL: \
+         put the server's password in the URL (redis://user:password@host:port) and unset it"
+    )]
+    SentinelAuthWithoutSentinel(String),
     #[error("--redis-ca-file is set but the redis URL {0:?} is not TLS: use rediss:// (or rediss+sentinel://)")]
     CaWithoutTls(String),
     #[error("cannot read the Redis CA file {path:?}: {source}")]
@@ -48,6 +59,10 @@ pub enum LinkError {
 /// plaintext byte, so this is what a forgotten `rediss://` looks like.
 const HINT_PLAIN: &str = ". If the server accepts only TLS connections (port 0, tls-port set), \
      use a rediss:// URL (rediss+sentinel:// for Sentinel) and --redis-ca-file with the CA that signed its certificate";
+/// Shown after an authentication failure through Sentinel, where two credentials are in play.
+const HINT_SENTINEL_AUTH: &str = ". Through Sentinel, the user:password@ in the URL is the data nodes' (requirepass or an \
+     ACL user of the primary and replicas); the Sentinels' own is SEATRUSH_SENTINEL_PASSWORD (and SEATRUSH_SENTINEL_USERNAME \
+     for an ACL user), read from the environment only";
 const HINT_CERTIFICATE: &str = ". The server's certificate was not accepted: \
      --redis-ca-file must name the CA (PEM) that signed it, and the certificate must name the host of the URL";
 
@@ -73,8 +88,16 @@ impl RedisLink {
     }
 
     /// Parses the URL, with the CA file (PEM) that signed the servers' certificates for a TLS URL
-    /// (`--redis-ca-file`); connects lazily.
+    /// (`--redis-ca-file`), and the Sentinels' credentials from the environment
+    /// ([`SentinelAuth::from_env`]); connects lazily.
     pub fn open(url: &str, ca_file: Option<&Path>) -> Result<Self, LinkError> {
+        Self::open_with(url, ca_file, &SentinelAuth::from_env())
+    }
+
+    /// [`RedisLink::open`] with the Sentinels' credentials given. With a Sentinel URL, a
+    /// `user:password@` in it is the data nodes' (the primary the Sentinels name); `sentinel_auth`
+    /// is what the Sentinels themselves require. Set for a plain URL, it is refused.
+    pub fn open_with(url: &str, ca_file: Option<&Path>, sentinel_auth: &SentinelAuth) -> Result<Self, LinkError> {
         let shown = redacted(url);
         let bad = || LinkError::Url(shown.clone());
         let tls = url.starts_with("rediss://") || url.starts_with("rediss+sentinel://");
@@ -88,17 +111,7 @@ impl RedisLink {
             .map(|r| ("redis", r))
             .or(url.strip_prefix("rediss+sentinel://").map(|r| ("rediss", r)))
         {
-            let (hosts, master) = rest.split_once('/').ok_or_else(bad)?;
-            let master = master.trim_end_matches('/');
-            if hosts.is_empty() || master.is_empty() {
-                return Err(bad());
-            }
-            let sentinels: Vec<String> = hosts.split(',').map(|h| format!("{scheme}://{h}")).collect();
-            let client = if tls {
-                tls_sentinel(sentinels, master, certificates).map_err(|_| bad())?
-            } else {
-                SentinelClient::build(sentinels, master, None, SentinelServerType::Master).map_err(|_| bad())?
-            };
+            let client = sentinel_client(scheme, rest, certificates, sentinel_auth).ok_or_else(bad)?;
             Target::Sentinel(Mutex::new(client))
         } else if tls {
             let client = match certificates {
@@ -111,6 +124,9 @@ impl RedisLink {
         } else {
             return Err(bad());
         };
+        if matches!(target, Target::Direct(_)) && !sentinel_auth.is_empty() {
+            return Err(LinkError::SentinelAuthWithoutSentinel(shown));
+        }
         Ok(Self { url: shown, tls, target, shared: Mutex::new(None) })
     }
 
@@ -140,7 +156,10 @@ impl RedisLink {
     }
 
     fn connect_error(&self, cause: RedisError) -> LinkError {
-        let hint = if !self.tls && (cause.is_io_error() || cause.is_connection_dropped()) {
+        let sentinel = matches!(self.target, Target::Sentinel(_));
+        let hint = if sentinel && is_auth_failure(&cause) {
+            HINT_SENTINEL_AUTH
+        } else if !self.tls && (cause.is_io_error() || cause.is_connection_dropped()) {
             HINT_PLAIN
         } else if self.tls && cause.to_string().contains("certificate") {
             HINT_CERTIFICATE
@@ -185,40 +204,99 @@ fn read_ca(path: &Path) -> Result<TlsCertificates, LinkError> {
     Ok(certificates)
 }
 
-/// A Sentinel client that speaks TLS to the Sentinels and to the nodes they name, both checked
-/// against `certificates` when given. A user and password on a Sentinel's host are the
-/// Sentinels' (`requirepass` in sentinel.conf), as with `redis+sentinel://`.
-fn tls_sentinel(
-    sentinels: Vec<String>,
-    master: &str,
+/// The environment variables that hold what the Sentinels require; never flags, as argv shows
+/// in `ps`.
+pub const SENTINEL_PASSWORD_ENV: &str = "SEATRUSH_SENTINEL_PASSWORD";
+pub const SENTINEL_USERNAME_ENV: &str = "SEATRUSH_SENTINEL_USERNAME";
+
+/// What the Sentinels themselves require (`requirepass`, or an ACL user, in sentinel.conf). The
+/// data nodes' credentials are the Sentinel URL's `user:password@`.
+#[derive(Clone, Default)]
+pub struct SentinelAuth {
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for SentinelAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelAuth")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl SentinelAuth {
+    /// `SEATRUSH_SENTINEL_USERNAME` and `SEATRUSH_SENTINEL_PASSWORD`; an empty one counts as unset.
+    pub fn from_env() -> Self {
+        let read = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+        Self { username: read(SENTINEL_USERNAME_ENV), password: read(SENTINEL_PASSWORD_ENV) }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.username.is_none() && self.password.is_none()
+    }
+}
+
+/// A Sentinel client from the part of a `redis+sentinel://` (or `rediss+sentinel://`) URL after
+/// the scheme: `[user:password@]h1:p1,h2:p2/master`. The `user:password@` (percent-encoded as in
+/// any Redis URL) goes to the data nodes the Sentinels name; `sentinel_auth` to the Sentinels.
+/// With TLS both are checked against `certificates` when given. None for a malformed URL.
+fn sentinel_client(
+    scheme: &str,
+    rest: &str,
     certificates: Option<TlsCertificates>,
-) -> RedisResult<SentinelClient> {
-    let mut addrs = Vec::with_capacity(sentinels.len());
-    let mut auth = None;
-    for sentinel in sentinels {
-        let info = sentinel.into_connection_info()?;
-        let settings = info.redis_settings();
-        if settings.password().is_some() || settings.username().is_some() {
-            auth = Some((settings.username().map(str::to_owned), settings.password().map(str::to_owned)));
-        }
-        addrs.push(info.addr().clone());
+    sentinel_auth: &SentinelAuth,
+) -> Option<SentinelClient> {
+    let (authority, master) = rest.split_once('/')?;
+    let master = master.trim_end_matches('/');
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (Some(userinfo), hosts),
+        None => (None, authority),
+    };
+    if hosts.is_empty() || master.is_empty() || hosts.split(',').any(str::is_empty) {
+        return None;
     }
-    let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)?
-        .set_client_to_redis_tls_mode(TlsMode::Secure);
-    if let Some((username, password)) = auth {
-        if let Some(username) = username {
-            builder = builder.set_client_to_sentinel_username(username);
+    let mut addrs = Vec::new();
+    for host in hosts.split(',') {
+        addrs.push(format!("{scheme}://{host}").into_connection_info().ok()?.addr().clone());
+    }
+    let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master).ok()?;
+    if let Some(userinfo) = userinfo {
+        // The redis crate decodes the user and password, as it does for a redis:// URL.
+        let node = format!("redis://{userinfo}@localhost").into_connection_info().ok()?;
+        let settings = node.redis_settings();
+        if let Some(username) = settings.username() {
+            builder = builder.set_client_to_redis_username(username);
         }
-        if let Some(password) = password {
-            builder = builder.set_client_to_sentinel_password(password);
+        if let Some(password) = settings.password() {
+            builder = builder.set_client_to_redis_password(password);
         }
     }
-    if let Some(certificates) = certificates {
-        builder = builder
-            .set_client_to_sentinel_certificates(certificates.clone())
-            .set_client_to_redis_certificates(certificates);
+    if let Some(username) = &sentinel_auth.username {
+        builder = builder.set_client_to_sentinel_username(username);
     }
-    builder.build()
+    if let Some(password) = &sentinel_auth.password {
+        builder = builder.set_client_to_sentinel_password(password);
+    }
+    if scheme == "rediss" {
+        builder = builder.set_client_to_redis_tls_mode(TlsMode::Secure);
+        if let Some(certificates) = certificates {
+            builder = builder
+                .set_client_to_sentinel_certificates(certificates.clone())
+                .set_client_to_redis_certificates(certificates);
+        }
+    }
+    builder.build().ok()
+}
+
+/// True when the server refused the credentials, or wanted some and got none.
+fn is_auth_failure(err: &RedisError) -> bool {
+    let text = err.to_string();
+    err.kind() == redis::ErrorKind::AuthenticationFailed
+        || ["WRONGPASS", "NOAUTH", "NoAuth", "WrongPass", "invalid password", "Authentication", "authentication"]
+            .iter()
+            .any(|s| text.contains(s))
 }
 
 /// True for errors that a fresh connection (perhaps to a new primary) could cure.
@@ -240,47 +318,6 @@ pub fn is_no_replicas(err: &RedisError) -> bool {
     err.code() == Some("NOREPLICAS")
 }
 
-/// Reads one `CONFIG GET` value from the primary.
-pub async fn config_get(conn: &mut MultiplexedConnection, name: &str) -> RedisResult<Option<String>> {
-    let pairs: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query_async(conn).await?;
-    Ok(pairs.get(1).cloned())
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "Redis maxmemory-policy is {0:?}; seatrush needs noeviction, or Redis may evict admission records and sell a seat twice. \
-     Fix: redis-cli CONFIG SET maxmemory-policy noeviction (and set it in redis.conf)"
-)]
-pub struct EvictionPolicyError(pub String);
-
-/// Refuses a primary that may evict keys.
-pub async fn require_noeviction(conn: &mut MultiplexedConnection) -> anyhow::Result<()> {
-    let policy = config_get(conn, "maxmemory-policy").await?.unwrap_or_default();
-    if policy != "noeviction" {
-        return Err(EvictionPolicyError(policy).into());
-    }
-    Ok(())
-}
-
-/// A warning when the primary keeps neither an append-only file nor RDB snapshots. Such a
-/// primary that restarts before Sentinel marks it down comes back empty, and its replicas resync
-/// from it and are wiped too: the sale's Redis side is gone (the database still holds every held
-/// and paid booking, and `open` rebuilds Redis from it).
-pub async fn persistence_warning(conn: &mut MultiplexedConnection) -> RedisResult<Option<String>> {
-    let appendonly = config_get(conn, "appendonly").await?.unwrap_or_default();
-    let save = config_get(conn, "save").await?.unwrap_or_default();
-    if appendonly == "yes" || !save.trim().is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(
-        "the Redis primary runs with neither AOF (appendonly no) nor RDB snapshots (save \"\"): if it restarts before Sentinel \
-         marks it down, it comes back empty and its replicas resync from it and are wiped too. \
-         Fix: redis-cli CONFIG SET appendonly yes (and in redis.conf); or keep a crashed primary down longer than Sentinel's \
-         down-after-milliseconds. After a wipe, `seatrush open --event ID` rebuilds every held and paid seat from the database."
-            .to_owned(),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,6 +332,26 @@ mod tests {
         assert!(RedisLink::new("rediss://127.0.0.1:6380").is_ok());
         assert!(RedisLink::new("rediss+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster").is_ok());
         assert!(RedisLink::new("rediss+sentinel://127.0.0.1:26379").is_err());
+    }
+
+    #[test]
+    fn sentinel_urls_take_the_data_nodes_credentials_once_before_the_hosts() {
+        let auth = SentinelAuth { username: None, password: Some("sentinel-secret".into()) };
+        assert!(
+            RedisLink::open_with("redis+sentinel://app:p%40ss@127.0.0.1:26379,127.0.0.1:26380/m", None, &auth).is_ok()
+        );
+        assert!(RedisLink::open_with("redis+sentinel://:pw@127.0.0.1:26379/m", None, &SentinelAuth::default()).is_ok());
+        assert!(RedisLink::new("redis+sentinel://:pw@127.0.0.1:26379,/m").is_err(), "an empty host");
+        assert!(RedisLink::new("redis+sentinel://:pw@/m").is_err(), "no host");
+    }
+
+    #[test]
+    fn a_sentinel_password_with_a_plain_url_is_refused_without_showing_either_password() {
+        let auth = SentinelAuth { username: None, password: Some("sentinel-secret".into()) };
+        let err = RedisLink::open_with("redis://:node-secret@127.0.0.1:6379", None, &auth).err().unwrap().to_string();
+        assert!(err.contains(SENTINEL_PASSWORD_ENV) && err.contains("not a Sentinel URL"), "{err}");
+        assert!(!err.contains("node-secret") && !err.contains("sentinel-secret"), "{err}");
+        assert!(!format!("{auth:?}").contains("sentinel-secret"));
     }
 
     #[test]

@@ -5,5 +5,6 @@
 pub mod keys;
 pub mod link;
 pub mod oplock;
+pub mod primary_settings;
 pub mod scripts;
 pub mod snapshot;

@@ -66,6 +66,7 @@ answer_statuses! {
     SoldOut = "sold_out", 409;
     /// The booking was released (hold expired or cancelled).
     Released = "released", 409;
+    AlreadyPaid = "already_paid", 409;
     /// Too many code-revealing refusals (`not_registered`, a code that does not normalise) from
     /// this client address, or an address whose attempts are mostly such refusals (a guesser,
     /// refused everything for its penalty); `Retry-After` says for how long.

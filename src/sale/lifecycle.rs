@@ -25,8 +25,27 @@ pub enum LifecycleError {
     NotFound,
     #[error("the booking was released")]
     Released,
+    /// Paid already, by another payment or by the operator (a provider's notice).
+    #[error("the booking was paid already")]
+    AlreadyPaid,
+    /// The provider's reference names another booking's payment.
+    #[error("this payment reference already names another booking's payment")]
+    ReferenceUsed,
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl LifecycleError {
+    /// How the action ended, as the audit trail keeps it.
+    pub fn audit_outcome(&self) -> &'static str {
+        match self {
+            LifecycleError::NotFound => "not_found",
+            LifecycleError::Released => "released",
+            LifecycleError::AlreadyPaid => "already_paid",
+            LifecycleError::ReferenceUsed => "reference_used",
+            LifecycleError::Store(_) => "database_unavailable",
+        }
+    }
 }
 
 impl Sale {

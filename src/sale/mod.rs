@@ -13,6 +13,7 @@ pub mod heal;
 pub(crate) mod latency;
 pub mod lifecycle;
 pub mod persister;
+pub mod provider_payment;
 pub(crate) mod reaper;
 pub mod settle;
 pub mod stats;

@@ -10,12 +10,13 @@ use crate::domain::event::{now_ms, EventId};
 pub struct AuditEntry {
     pub at_ms: i64,
     pub event_id: String,
-    /// `payment` or `cancel`.
+    /// `payment`, `cancel`, `extend`, `lookup` (an operator's) or `webhook_payment` (a provider's).
     pub action: String,
     pub code_hash: String,
     /// The client address as the edge saw it (the peer, or a trusted proxy's `X-Forwarded-For`).
     pub client: String,
-    /// `done`, `not_found`, `released` or `database_unavailable`.
+    /// `done`, `repeated` (a provider's retry), `not_found`, `released`, `already_paid`,
+    /// `reference_used` or `database_unavailable`.
     pub outcome: String,
 }
 

@@ -231,24 +231,6 @@ impl Store {
         })
     }
 
-    /// Marks a held booking paid, if its hold has not run out by the database's clock.
-    pub async fn pay(&self, event: &EventId, code: &CodeHash) -> Result<PayOutcome, StoreError> {
-        let now_ms = self.clock_ms().await?;
-        let paid = on_pool!(self, pool => {
-            sqlx::query("UPDATE bookings SET state = 'paid', updated_ms = $3 WHERE event_id = $1 AND code_hash = $2 AND state = 'held' AND hold_until_ms > $3")
-                .bind(event.as_str()).bind(code.as_str()).bind(now_ms).execute(pool).await?.rows_affected() == 1
-        });
-        if paid {
-            return Ok(PayOutcome::Paid);
-        }
-        Ok(match self.booking(event, code).await? {
-            None => PayOutcome::NotFound,
-            Some(r) if r.state == BookingState::Paid => PayOutcome::AlreadyPaid,
-            // released, or held past its hold: the expiry pass is about to release it
-            Some(_) => PayOutcome::Released,
-        })
-    }
-
     /// Releases the booking of one admission in the database and uncounts it; Redis is told
     /// afterwards, and the release stays in `release_syncs` until a replica has it too.
     ///

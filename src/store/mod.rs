@@ -7,7 +7,10 @@ mod bookings;
 mod columns;
 mod consistent;
 mod events;
+mod export;
 mod hold_batch;
+mod lookup;
+mod payments;
 mod sqlite_batch;
 
 pub use audit::AuditEntry;
@@ -15,7 +18,10 @@ pub use bookings::{BookingRow, HoldOutcome, LevelCounts, PayOutcome, ReapOutcome
 pub use columns::BookingState;
 pub use consistent::HoldersSnapshot;
 pub use events::StoredEvent;
+pub use export::ExportRow;
 pub use hold_batch::{HoldItem, PostgresBatchWriter, Written};
+pub use lookup::{CodeRecord, HISTORY_MAX};
+pub use payments::{ExtendOutcome, EXTEND_SECONDS_MAX};
 pub use sqlite_batch::SqliteBatchWriter;
 
 use crate::domain::url::redacted;

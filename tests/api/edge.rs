@@ -333,13 +333,13 @@ async fn an_allowlist_is_never_served_with_another_pepper_than_it_was_imported_w
     std::env::set_var(seatrush::domain::code::PEPPER_ENV, "pepper-two-0123456789");
     let mixed = seatrush::ops::import_allowlist(&connections, EVENT, &file).await.unwrap_err().to_string();
     assert!(mixed.contains("hashed with the pepper with fingerprint"), "{mixed}");
-    let open = seatrush::ops::open(&connections, EVENT).await.unwrap_err().to_string();
+    let open = seatrush::ops::open(&connections, EVENT, &Default::default()).await.unwrap_err().to_string();
     assert!(open.contains("every candidate would be refused") && !open.contains("pepper-one"), "{open}");
     std::env::remove_var(seatrush::domain::code::PEPPER_ENV);
-    let plain = seatrush::ops::open(&connections, EVENT).await.unwrap_err().to_string();
+    let plain = seatrush::ops::open(&connections, EVENT, &Default::default()).await.unwrap_err().to_string();
     assert!(plain.contains("runs with no pepper"), "{plain}");
     std::env::set_var(seatrush::domain::code::PEPPER_ENV, "pepper-one-0123456789");
-    seatrush::ops::open(&connections, EVENT).await.unwrap();
+    seatrush::ops::open(&connections, EVENT, &Default::default()).await.unwrap();
     // Now open: a `serve` with the other pepper refuses to start.
     std::env::set_var(seatrush::domain::code::PEPPER_ENV, "pepper-two-0123456789");
     let mut serve = seatrush::ops::settings::ServeSettings::from_env().unwrap();
@@ -365,7 +365,7 @@ async fn allowlist_generate_writes_unguessable_codes_that_book() {
     let parsed = seatrush::ops::allowlist_file::parse_allowlist(codes.join("\n").as_bytes(), &app.hasher);
     assert!(parsed.shapes.warning().is_none(), "generated codes are not guessable");
     assert_eq!(app.store.allowlist_count(&app.event).await.unwrap(), 500);
-    seatrush::ops::open(&connections, EVENT).await.unwrap();
+    seatrush::ops::open(&connections, EVENT, &Default::default()).await.unwrap();
     tokio::time::sleep(seatrush::sale::catalog::CATALOG_TTL * 2).await;
     let a = app.book(&codes[0].to_lowercase(), "A1", &nonce("issued")).await;
     assert_eq!(a.status, 201, "{a:?}");

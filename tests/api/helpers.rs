@@ -19,6 +19,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub const EVENT: &str = "exam";
 pub const OPERATOR_TOKEN: &str = "test-operator-token-3f9a2c7e1b5d4a60";
+/// The payment provider's signing secret every test app is given.
+pub const WEBHOOK_SECRET: &str = "whsec_test-webhook-secret-8c1d5e2f9a";
 pub use seatrush_lab::scratch_db::POSTGRES_ADMIN_URL;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +110,7 @@ pub fn spec(options: &AppOptions) -> EventSpec {
         opens_at_ms: options.opens_at_ms,
         closes_at_ms: options.closes_at_ms,
         levels: options.levels.iter().map(|(l, c)| (LevelName::parse(l).unwrap(), *c)).collect::<BTreeMap<_, _>>(),
+        payment_url: None,
     }
 }
 
@@ -142,6 +145,7 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
     let connections = Connections { redis_url: primary.url(), redis_ca_file: None, database_url: db.url.clone() };
     let mut serve = ServeSettings::from_env().unwrap();
     serve.operator_token = Some(OPERATOR_TOKEN.into());
+    serve.payment_webhook_secret = Some(WEBHOOK_SECRET.into());
     serve.wait_replicas = u32::from(options.replica);
     serve.wait_timeout_ms = options.wait_timeout.as_millis() as u64;
     serve.persist_timeout.persist_timeout_ms = options.persist_timeout.as_millis() as u64;

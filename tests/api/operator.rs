@@ -329,7 +329,7 @@ async fn wiped_primary(backend: Backend) {
     app.redis::<()>(&redis::cmd("FLUSHALL"));
     let report = reopen(&app).await;
     assert!(report.rebuilt);
-    let warning = report.persistence_warning.expect("the test primary runs without AOF or RDB");
+    let warning = report.settings.persistence.expect("the test primary runs without AOF or RDB");
     assert!(warning.contains("CONFIG SET appendonly yes"), "{warning}");
     app.assert_invariants().await;
     assert_eq!(app.redis_state().records.len(), 2, "a record for every held and paid seat");

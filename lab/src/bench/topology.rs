@@ -52,6 +52,7 @@ pub fn bench_spec(event: &str, seats: i64, levels: &[String]) -> anyhow::Result<
         opens_at_ms: None,
         closes_at_ms: None,
         levels,
+        payment_url: None,
     })
 }
 

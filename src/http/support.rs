@@ -1,0 +1,112 @@
+//! Candidate support behind the operator token: `GET /api/events/{event}/bookings/{code}` answers
+//! what the database knows of one code — registered or not, its booking with its times and
+//! payment, and the audit trail of what operators and the provider did to it — for a candidate
+//! on the phone or an appeal. The lookup itself is audited (`lookup`), since it reads a person's
+//! record. The code travels in the path, so it is normalised and hashed here and never logged.
+
+use super::error::{ApiError, ErrorBody};
+use super::operator::authorise;
+use super::{AppState, ClientAddr};
+use crate::domain::code::NormalisedCode;
+use crate::domain::event::{rfc3339_ms, EventId};
+use crate::sale::lifecycle::LifecycleError;
+use crate::store::{AuditEntry, ExportRow, StoreError};
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// One code's record.
+#[derive(Serialize, ToSchema)]
+pub struct CodeRecordAnswer {
+    /// The code is on the event's allowlist
+    registered: bool,
+    /// Its latest booking (one per code); absent when it never held a seat
+    booking: Option<BookingRecord>,
+    /// Operator and provider actions on this code, oldest first (at most 100)
+    history: Vec<HistoryEntry>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct BookingRecord {
+    #[schema(example = "held")]
+    state: String,
+    slot: i64,
+    level: String,
+    admitted_at: String,
+    hold_until: String,
+    paid_at: Option<String>,
+    released_at: Option<String>,
+    payment_reference: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct HistoryEntry {
+    at: String,
+    /// `payment`, `cancel`, `extend`, `webhook_payment` or `lookup`
+    action: String,
+    outcome: String,
+    /// The client address the action came from
+    client: String,
+}
+
+fn booking_record(row: ExportRow) -> BookingRecord {
+    BookingRecord {
+        state: row.state,
+        slot: row.slot,
+        level: row.level,
+        admitted_at: rfc3339_ms(row.admitted_ms),
+        hold_until: rfc3339_ms(row.hold_until_ms),
+        paid_at: row.paid_ms.map(rfc3339_ms),
+        released_at: row.released_ms.map(rfc3339_ms),
+        payment_reference: row.payment_reference,
+    }
+}
+
+fn history_entry(entry: AuditEntry) -> HistoryEntry {
+    HistoryEntry { at: rfc3339_ms(entry.at_ms), action: entry.action, outcome: entry.outcome, client: entry.client }
+}
+
+/// `GET /api/events/{event}/bookings/{code}`
+#[utoipa::path(get, path = "/api/events/{event}/bookings/{code}", tag = "operator",
+    security(("operator_token" = [])),
+    params(
+        ("event" = String, Path, description = "Event id: 1-64 of `a-z 0-9 -`", example = "demo", pattern = "^[a-z0-9-]{1,64}$", min_length = 1, max_length = 64),
+        ("code" = String, Path, description = "Registration code, normalised like a booking's (trimmed, uppercased, then 4-64 of `A-Z 0-9 -`)", example = "DEMO-0001", pattern = "^[A-Za-z0-9-]{4,64}$", min_length = 4, max_length = 64),
+    ),
+    responses(
+        (status = 200, description = "What the database knows of this code", body = CodeRecordAnswer),
+        (status = 400, description = "invalid_request: the code does not normalise", body = ErrorBody),
+        (status = 401, description = "unauthorized: missing or wrong operator token", body = ErrorBody),
+        (status = 429, description = "rate_limited: too many wrong tokens from this client address", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds until this address may try again"))),
+        (status = 404, description = "not_found: unknown event", body = ErrorBody),
+        (status = 503, description = "retry: the database is unavailable", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ))]
+pub async fn lookup(
+    State(app): State<AppState>,
+    client: ClientAddr,
+    headers: HeaderMap,
+    Path((event, code)): Path<(String, String)>,
+) -> Result<Json<CodeRecordAnswer>, ApiError> {
+    authorise(&app, &headers, &client)?;
+    let event = EventId::parse(&event).map_err(|_| ApiError::NotFound)?;
+    let code = NormalisedCode::parse(&code).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    let code = app.hasher.hash(&code);
+    let unavailable = |e: StoreError| match e {
+        StoreError::UnknownEvent(_) => ApiError::NotFound,
+        e => ApiError::from(LifecycleError::Store(e)),
+    };
+    app.sale.store().event(&event).await.map_err(unavailable)?;
+    let record = app.sale.store().code_record(&event, &code).await.map_err(unavailable);
+    let outcome = if record.is_ok() { "done" } else { "database_unavailable" };
+    super::operator::audit(&app, &event, "lookup", &code, &client, outcome).await;
+    let record = record?;
+    Ok(Json(CodeRecordAnswer {
+        registered: record.registered,
+        booking: record.booking.map(booking_record),
+        history: record.history.into_iter().map(history_entry).collect(),
+    }))
+}
