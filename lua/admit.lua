@@ -22,10 +22,10 @@
 --
 -- Checks, in this order (docs/design.md#the-admit-script):
 --   1. admitted with this nonce  -> {slot, admitted-ms, admission-id, level} of the original
---   2. admitted with other nonce -> -1
---   3. outside the sale window, by Redis's clock and the event's state here:
+--   2. outside the sale window, by Redis's clock and the event's state here:
 --      not loaded (no state: Redis lost the event) -> -7, before opens_at -> -5,
 --      closed or at/after closes_at -> -6
+--   3. admitted with other nonce -> -1
 --   4. level at its cap          -> -3
 --   5. no free seat              -> -2
 --   6. admit                     -> {slot, admitted-ms, admission-id, level}
@@ -101,6 +101,8 @@ for i = 1, n do
       end
     elseif retry_only then
       reply = -4
+    elseif window then
+      reply = window
     else
       reply = -1
     end

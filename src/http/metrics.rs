@@ -41,6 +41,13 @@ fn family_help(family: &str) -> Option<&'static str> {
         "persist_batches_total" => "Database write transactions of the request path (each a batch of bookings).",
         "persist_batched_bookings_total" => "Bookings written by those transactions; divided by persist_batches_total, the mean batch.",
         "persist_busy_microseconds_total" => "Time the database writers spent writing; its rate near the number of writers means the database write is the bottleneck.",
+        "script_window_refusals_total" => "Fresh admissions admit.lua refused by the window in Redis after a gate let them through (a stale view or a clock ahead).",
+        "script_event_not_loaded_total" => "Admissions answered 503 because Redis held no state for the event (it lost the event; the heal rebuilds it).",
+        "heals_total" => "Heals of an event from the database (each compares and gives back what Redis lost).",
+        "heal_restored_bookings_total" => "Held or paid bookings whose record, count and seat a heal gave back to Redis.",
+        "heal_freed_records_total" => "Records Redis counted that the database had released, freed by a heal.",
+        "heal_rebuilt_events_total" => "Events Redis had lost whole, rebuilt from the database by a serve.",
+        "redis_replication_id_changes_total" => "Times the Redis primary's replication id changed (a failover or a restart); each heals every open event.",
         _ => return None,
     })
 }

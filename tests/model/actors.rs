@@ -117,6 +117,34 @@ pub enum Task {
         code: u8,
         aid: u8,
     },
+    /// Heal: read Redis's records and pending entries (first, as the code does).
+    HealReadRedis,
+    /// Heal: read the database's holders, then free and restore (`HealFree`).
+    HealReadDb {
+        redis: RedisView,
+    },
+    /// Heal: release.lua for each record the database does not hold (not pending when read).
+    HealFree {
+        redis: RedisView,
+        db: RedisView,
+    },
+    /// Heal: heal.lua for each holder whose code had no record (or a freed one).
+    HealAdd {
+        redis: RedisView,
+        db: RedisView,
+    },
+    /// Heal: read the restored holders again; release.lua for any the database released since.
+    HealRecheck {
+        restored: RedisView,
+    },
+}
+
+/// Records by code as one side held them when read (Redis's records, or the database's
+/// holding rows as records), with Redis's pending bits.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub struct RedisView {
+    pub records: [Option<Record>; 4],
+    pub pending: u16,
 }
 
 /// The stages of a serve's background pass, in the order `background_pass` runs them; each
@@ -134,6 +162,8 @@ pub enum JobKind {
     Pass(PassKind),
     /// An operator's cancel request.
     Cancel,
+    /// A heal of the event, under its operator lock.
+    Heal,
 }
 
 /// Work a serve does from a list it read earlier; the list may be stale by the time it acts.

@@ -9,6 +9,9 @@ use rand::{Rng, SeedableRng};
 use redis::Value;
 
 const ADMIT: &str = include_str!("../../lua/admit.lua");
+const HEAL: &str = include_str!("../../lua/heal.lua");
+/// The operator lock's owner a heal call runs under.
+const LOCK_OWNER: &str = "model-heal";
 const UNDO: &str = include_str!("../../lua/undo.lua");
 const RELEASE: &str = include_str!("../../lua/release.lua");
 const PERSISTED: &str = include_str!("../../lua/persisted.lua");
@@ -30,6 +33,7 @@ struct Keys {
     pending: String,
     syncs: String,
     meta: String,
+    lock: String,
 }
 
 impl Keys {
@@ -44,11 +48,12 @@ impl Keys {
             pending: key("pending"),
             syncs: key("syncs"),
             meta: key("meta"),
+            lock: key("lock"),
         }
     }
 
-    fn all(&self) -> [&str; 7] {
-        [&self.adm, &self.taken, &self.cap, &self.free, &self.pending, &self.syncs, &self.meta]
+    fn all(&self) -> [&str; 8] {
+        [&self.adm, &self.taken, &self.cap, &self.free, &self.pending, &self.syncs, &self.meta, &self.lock]
     }
 }
 
@@ -105,7 +110,7 @@ fn random_call(rng: &mut StdRng) -> Call {
     let code = rng.random_range(0..CODES);
     let nonce = rng.random_range(0..2);
     let aid = rng.random_range(0..3);
-    match rng.random_range(0..4) {
+    match rng.random_range(0..5) {
         // Level LEVELS is unknown: admit must refuse it with an error, changing nothing.
         0 => Call::Admit {
             code,
@@ -117,7 +122,11 @@ fn random_call(rng: &mut StdRng) -> Call {
         },
         1 => Call::Undo { code, nonce, aid, seat_held: rng.random_bool(0.3) },
         2 => Call::Release { code, nonce, aid },
-        _ => Call::Persisted { code, nonce, aid },
+        3 => Call::Persisted { code, nonce, aid },
+        _ => Call::HealAdd {
+            code,
+            record: Record { nonce, aid, slot: rng.random_range(1..=SEATS_MAX), level: rng.random_range(0..LEVELS) },
+        },
     }
 }
 
@@ -213,6 +222,7 @@ fn load(keys: &mut Keys, redis: &Redis, caps: &[u8]) {
         }
     }
     pipe.cmd("SET").arg(&keys.syncs).arg(0).ignore();
+    pipe.cmd("SET").arg(&keys.lock).arg(LOCK_OWNER).ignore();
     pipe.cmd("HSET").arg(&keys.meta).arg("state").arg(if redis.closed { "closed" } else { "open" }).ignore();
     pipe.query::<()>(&mut keys.conn).expect("load the case into Redis");
 }
@@ -248,6 +258,11 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
         Call::Persisted { code: c, nonce, aid } => {
             (PERSISTED, vec![&keys.adm, &keys.pending], vec![code(c), format!("n{nonce}"), format!("a{aid}")])
         }
+        Call::HealAdd { code: c, record } => (
+            HEAL,
+            vec![&keys.adm, &keys.taken, &keys.free, &keys.lock],
+            vec![LOCK_OWNER.into(), code(c), record_text(&record), level(record.level), record.slot.to_string()],
+        ),
     };
     // A pipeline that keeps error replies as values: a plain query turns an attempt's error inside
     // admit's array into an error for the whole call.
@@ -258,6 +273,10 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
     if !matches!(calls[0], Call::Admit { .. }) {
         return vec![match reply {
             Value::ServerError(e) => Err(e.into()),
+            // heal.lua answers one 0/1 per holder; this call carries one.
+            Value::Array(mut items) if matches!(calls[0], Call::HealAdd { .. }) && items.len() == 1 => {
+                Ok(items.pop().expect("one"))
+            }
             other => Ok(other),
         }];
     }
@@ -391,6 +410,7 @@ fn kind(call: Call, reply: Option<AdmitReply>, changed: bool) -> String {
         (Call::Undo { .. }, _) => format!("undo:{changed}"),
         (Call::Release { .. }, _) => format!("release:{changed}"),
         (Call::Persisted { .. }, _) => format!("persisted:{changed}"),
+        (Call::HealAdd { .. }, _) => format!("heal:{changed}"),
         (Call::Admit { .. }, None) => unreachable!(),
     }
 }

@@ -26,6 +26,13 @@ pub struct Bounds {
     pub closes: u8,
     pub cancels: u8,
     pub pays: u8,
+    /// Promotions of the second replica, which missed acknowledged writes (issue 29's `rack`:
+    /// the primary and the replica that acknowledged die together).
+    pub rack_failovers: u8,
+    /// Times the second replica catches up with the first before it is promoted.
+    pub lag_syncs: u8,
+    /// Heals a serve may start (only after a rack failover: the heal is what answers it).
+    pub heals: u8,
 }
 
 impl Bounds {
@@ -53,6 +60,9 @@ pub struct Switches {
     /// admit.lua without its window check (before issue 29): only the gates keep the window,
     /// from each serve's cached view, which may still say open after `close`.
     pub window_not_in_script: bool,
+    /// No heal: neither the heal job nor the periodic sweep brings Redis back to the database
+    /// after a promoted replica lost acknowledged writes (main before issue 29).
+    pub no_heal: bool,
 }
 
 /// The checked system: its bounds and which of today's bugs are switched back on.
@@ -70,6 +80,9 @@ pub struct Spent {
     pub closes: u8,
     pub cancels: u8,
     pub pays: u8,
+    pub rack_failovers: u8,
+    pub lag_syncs: u8,
+    pub heals: u8,
 }
 
 /// What the properties need to know about the past (never read by the protocol).
@@ -89,6 +102,9 @@ pub struct Ghost {
     pub lost_writes: bool,
     /// A fresh admission was made after `close`.
     pub admitted_after_close: bool,
+    /// A promotion lost writes a replica had acknowledged: Redis may hold less than the
+    /// database until a heal, and count a seat twice meanwhile (the database never does).
+    pub lost_acked: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -147,6 +163,15 @@ pub enum Action {
         serve: u8,
     },
     Close,
+    /// The second replica receives everything the first has (it is only ever behind it).
+    LagSync,
+    /// The primary and the first replica die together; Sentinel promotes the second replica,
+    /// which lacks what it had not received; the first comes back as its replica.
+    RackFailover,
+    /// A serve starts a heal of the event (it holds the operator lock: one at a time).
+    StartHeal {
+        serve: u8,
+    },
 }
 
 /// Admission ids: request `k` of client `c`.

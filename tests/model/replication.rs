@@ -38,11 +38,14 @@ pub struct Replicated {
     pub backlog: Vec<Entry>,
     /// Bumped by a failover; a connection opened in an earlier epoch is broken.
     pub epoch: u8,
+    /// The second replica: behind the first, it receives writes only at a `LagSync`. `WAIT 1`
+    /// never waits for it, so what it lacks may have been acknowledged.
+    pub lagging: Redis,
 }
 
 impl Replicated {
     pub fn new(redis: Redis) -> Self {
-        Replicated { primary: redis.clone(), replica: redis, backlog: Vec::new(), epoch: 0 }
+        Replicated { primary: redis.clone(), replica: redis.clone(), backlog: Vec::new(), epoch: 0, lagging: redis }
     }
 
     /// Runs a call on the primary and puts what it wrote into the stream. `touches: false` drops
@@ -103,6 +106,20 @@ impl Replicated {
             self.replicate_one(caps);
         }
         self.primary = self.replica.clone();
+        self.backlog.clear();
+        self.epoch += 1;
+    }
+
+    /// The second replica takes what the first has.
+    pub fn lag_sync(&mut self) {
+        self.lagging = self.replica.clone();
+    }
+
+    /// The primary and the first replica die together and the second replica is promoted:
+    /// everything it lacked is gone, acknowledged or not. Every connection breaks.
+    pub fn rack_failover(&mut self) {
+        self.primary = self.lagging.clone();
+        self.replica = self.lagging.clone();
         self.backlog.clear();
         self.epoch += 1;
     }

@@ -93,6 +93,12 @@ pub enum Call {
         nonce: u8,
         aid: u8,
     },
+    /// heal.lua for one holder Redis lost: only if the code has no record, its record, count
+    /// and seat come back.
+    HealAdd {
+        code: u8,
+        record: Record,
+    },
 }
 
 impl Redis {
@@ -126,6 +132,15 @@ impl Redis {
                 let changed = self.persisted(code, nonce, aid);
                 (None, changed, if changed { Write::Changed } else { Write::Nothing })
             }
+            Call::HealAdd { code, record } => {
+                let changed = self.records[code as usize].is_none();
+                if changed {
+                    self.records[code as usize] = Some(record);
+                    self.taken[record.level as usize] += 1;
+                    self.free &= !(1 << (record.slot - 1));
+                }
+                (None, changed, if changed { Write::Changed } else { Write::Nothing })
+            }
         }
     }
 
@@ -149,6 +164,9 @@ impl Redis {
             }
             if retry_only {
                 return (AdmitReply::NotARetry, Write::Nothing);
+            }
+            if window && self.closed {
+                return (AdmitReply::Closed, Write::Nothing);
             }
             return (AdmitReply::AlreadyAdmitted, Write::Nothing);
         }

@@ -1,7 +1,7 @@
 //! The bodies of `Model::actions` and `Model::next_state`: which steps are enabled in a state,
 //! and what each does. Each request and job step maps to one call in the real code (MODEL.md).
 
-use crate::actors::{Answer, Job, JobKind, PassKind, Pc, Request, Task};
+use crate::actors::{Answer, Job, JobKind, PassKind, Pc, RedisView, Request, Task};
 use crate::arbiter::{ClaimOutcome, HoldOutcome, RowState};
 use crate::protocol::{admission_id, bit, Action, SeatRush, State};
 use crate::replication::Conn;
@@ -78,6 +78,16 @@ pub fn enabled(m: &SeatRush, s: &State, out: &mut Vec<Action>) {
     if s.spent.closes < b.closes {
         out.push(Action::Close);
     }
+    if s.spent.rack_failovers < b.rack_failovers {
+        if s.spent.lag_syncs < b.lag_syncs {
+            out.push(Action::LagSync);
+        }
+        out.push(Action::RackFailover);
+    }
+    // One heal at a time (the operator lock); it answers a loss, so it starts after one.
+    if s.ghost.lost_acked && s.spent.heals < b.heals && !s.jobs.iter().any(|j| j.kind == JobKind::Heal) {
+        out.push(Action::StartHeal { serve: 0 });
+    }
 }
 
 pub fn apply(m: &SeatRush, s: &mut State, action: Action) {
@@ -132,6 +142,20 @@ fn step(m: &SeatRush, s: &mut State, action: Action) {
             s.closed = true;
             s.redis.primary.closed = true;
             s.redis.replica.closed = true;
+            s.redis.lagging.closed = true;
+        }
+        Action::LagSync => {
+            s.spent.lag_syncs += 1;
+            s.redis.lag_sync();
+        }
+        Action::RackFailover => {
+            s.spent.rack_failovers += 1;
+            s.ghost.lost_acked |= s.redis.lagging != s.redis.primary;
+            s.redis.rack_failover();
+        }
+        Action::StartHeal { serve } => {
+            s.spent.heals += 1;
+            s.jobs.push(Job { serve, kind: JobKind::Heal, tasks: vec![Task::HealReadRedis] });
         }
     }
 }
@@ -342,6 +366,17 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
             s.db.mark_synced(code, aid);
             None
         }
+        Task::HealReadRedis => Some(Task::HealReadDb { redis: redis_view(s) }),
+        Task::HealReadDb { redis } => Some(Task::HealFree { redis, db: db_view(s) }),
+        Task::HealFree { redis, db } => {
+            heal_free(m, s, &redis, &db);
+            Some(Task::HealAdd { redis, db })
+        }
+        Task::HealAdd { redis, db } => Some(Task::HealRecheck { restored: heal_add(m, s, &redis, &db) }),
+        Task::HealRecheck { restored } => {
+            heal_recheck(m, s, &restored);
+            None
+        }
     };
     let job = &mut s.jobs[j];
     match next {
@@ -351,7 +386,7 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
             if job.tasks.is_empty() {
                 let next = match job.kind {
                     JobKind::Pass(stage) => next_stage(s, Some(stage)),
-                    JobKind::Cancel => None,
+                    JobKind::Cancel | JobKind::Heal => None,
                 };
                 match next {
                     Some((stage, tasks)) => s.jobs[j] = Job { serve, kind: JobKind::Pass(stage), tasks },
@@ -362,4 +397,79 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
             }
         }
     }
+}
+
+/// The heal's first read: Redis's records and pending entries (src/sale/heal.rs reads Redis
+/// before the database).
+fn redis_view(s: &State) -> RedisView {
+    let mut view = RedisView { pending: s.redis.primary.pending, ..RedisView::default() };
+    for (c, r) in s.redis.primary.records.iter().enumerate() {
+        view.records[c] = *r;
+    }
+    view
+}
+
+/// The heal's second read: the database's holding rows, as records.
+fn db_view(s: &State) -> RedisView {
+    let mut view = RedisView::default();
+    for (c, row) in s.db.rows.iter().enumerate() {
+        view.records[c] = row.filter(|r| r.holds_seat()).map(|r| r.record());
+    }
+    view
+}
+
+/// A record Redis held, not pending when read, that the database did not hold.
+fn stale(redis: &RedisView, db: &RedisView, c: usize) -> Option<Record> {
+    redis.records[c].filter(|rec| redis.pending & (1 << c) == 0 && db.records[c].is_none_or(|h| h.aid != rec.aid))
+}
+
+/// release.lua for each stale record (guarded: it frees only that admission).
+fn heal_free(m: &SeatRush, s: &mut State, redis: &RedisView, db: &RedisView) {
+    if m.switches.no_heal {
+        return;
+    }
+    for c in 0..s.clients.len() {
+        if let Some(rec) = stale(redis, db, c) {
+            let call = Call::Release { code: c as u8, nonce: rec.nonce, aid: rec.aid };
+            s.redis.run(m.caps(), call, None, true);
+        }
+    }
+}
+
+/// heal.lua for each holder whose code had no record, or a stale one; returns those restored.
+fn heal_add(m: &SeatRush, s: &mut State, redis: &RedisView, db: &RedisView) -> RedisView {
+    let mut restored = RedisView::default();
+    if m.switches.no_heal {
+        return restored;
+    }
+    for c in 0..s.clients.len() {
+        let Some(holder) = db.records[c] else { continue };
+        if redis.records[c].is_some() && stale(redis, db, c).is_none() {
+            continue;
+        }
+        let (_, changed) = s.redis.run(m.caps(), Call::HealAdd { code: c as u8, record: holder }, None, true);
+        if changed {
+            restored.records[c] = Some(holder);
+        }
+    }
+    restored
+}
+
+/// A holder the database released after the heal read it: its release ran before heal.lua wrote.
+fn heal_recheck(m: &SeatRush, s: &mut State, restored: &RedisView) {
+    for c in 0..s.clients.len() {
+        let Some(h) = restored.records[c] else { continue };
+        if !s.db.rows[c].is_some_and(|r| r.aid == h.aid && r.holds_seat()) {
+            s.redis.run(m.caps(), Call::Release { code: c as u8, nonce: h.nonce, aid: h.aid }, None, true);
+        }
+    }
+}
+
+/// A whole heal with nothing in between: the periodic sweep, for `drain`.
+pub fn heal_now(m: &SeatRush, s: &mut State) {
+    let redis = redis_view(s);
+    let db = db_view(s);
+    heal_free(m, s, &redis, &db);
+    let restored = heal_add(m, s, &redis, &db);
+    heal_recheck(m, s, &restored);
 }
