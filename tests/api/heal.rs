@@ -33,7 +33,7 @@ fn lose_release(app: &TestApp, r: &BookingRow) {
 }
 
 async fn drift(app: &TestApp) -> Vec<String> {
-    reconcile::reconcile(&app.sale.link(), &app.store, &app.event, false).await.unwrap()
+    reconcile::reconcile(app.sale.link(), &app.store, &app.event, false).await.unwrap()
 }
 
 /// The figure, as a promoted replica leaves it: 20 bookings and 5 cancels acknowledged,

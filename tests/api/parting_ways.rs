@@ -196,17 +196,17 @@ async fn a_repair_leaves_an_admission_in_flight_to_the_arbiter(backend: Backend)
         Ok(Committed::Acked(x)) => x,
         other => panic!("{other:?}"),
     };
-    seatrush::ops::reconcile::reconcile(&app.sale.link(), &app.store, &app.event, true).await.unwrap();
+    seatrush::ops::reconcile::reconcile(app.sale.link(), &app.store, &app.event, true).await.unwrap();
     let record: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(hash.as_str()));
     let record = record.expect("the code keeps a record while its admission is in flight");
     assert!(record.contains(&x.id), "the in-flight admission's record stays: {record}");
     // The arbiter settles X (the database holds W for the code): X is undone.
     app.sale.settle(&app.event, &app.keys, &x, false).await.unwrap();
-    seatrush::ops::reconcile::reconcile(&app.sale.link(), &app.store, &app.event, true).await.unwrap();
+    seatrush::ops::reconcile::reconcile(app.sale.link(), &app.store, &app.event, true).await.unwrap();
     let record: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(hash.as_str()));
     assert!(record.is_some_and(|r| r.contains(&w.admission_id)), "W's record is back");
     app.assert_invariants().await;
-    assert!(seatrush::ops::reconcile::reconcile(&app.sale.link(), &app.store, &app.event, false)
+    assert!(seatrush::ops::reconcile::reconcile(app.sale.link(), &app.store, &app.event, false)
         .await
         .unwrap()
         .is_empty());
