@@ -116,6 +116,10 @@ pub struct Report {
     pub cancelled_by_runner: usize,
     pub db_states: BTreeMap<String, i64>,
     pub redis_taken: i64,
+    /// Each rack fault: which node Sentinel promoted, and how far behind it was.
+    pub racks: Vec<topology::RackFailover>,
+    /// What became of every `201` told: still holding that seat, or released by the run.
+    pub told_201: invariants::AdmittedFates,
     pub violations: Vec<String>,
     pub seconds: f64,
 }
@@ -226,6 +230,8 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         .iter()
         .sum();
     let db_states = topo.store.state_counts(&event).await?;
+    let told_201 = invariants::admitted_fates(&topo.store, &event, &journal).await?;
+    let racks = topo.racks.lock().expect("racks lock").clone();
     let replies_lost = topo.dial.dropped.load(std::sync::atomic::Ordering::Relaxed);
     let topo = Arc::try_unwrap(topo).map_err(|_| anyhow::anyhow!("topology still shared at the end of the run"))?;
     let fleet = topo.shutdown().await;
@@ -256,6 +262,8 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         cancelled_by_runner: answered(OperatorCall::Cancel, "released"),
         db_states,
         redis_taken,
+        racks,
+        told_201,
         violations,
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -351,6 +359,8 @@ fn told_one(o: &Outcome, asked_ms: i64, answered_ms: i64) -> Option<Told> {
         status: o.status,
         what: o.body["status"].as_str().unwrap_or("no_answer").to_owned(),
         slot: o.body["slot"].as_i64().unwrap_or(0),
+        asked_level: o.candidate.level.clone(),
+        level: o.body["level"].as_str().unwrap_or_default().to_owned(),
         hold_until_ms,
         asked_ms,
         answered_ms,
@@ -380,6 +390,25 @@ impl Report {
         println!(
             "  operator calls: {} ({} paid, {} cancelled); database rows: {:?}; Redis counts taken: {}",
             self.operator_calls, self.paid_by_runner, self.cancelled_by_runner, self.db_states, self.redis_taken
+        );
+        for r in &self.racks {
+            println!(
+                "  rack: B (port {}) cut {} ms; primary ({}) and A ({}) killed together; Sentinel promoted B after {} ms; \
+                 B was {} bytes behind what A acknowledged; the event's seats taken: {} on the primary, {} on B",
+                r.b,
+                r.cut_ms,
+                r.primary,
+                r.a,
+                r.promoted_after_ms,
+                r.a_acked_offset - r.b_offset,
+                r.primary_taken,
+                r.b_taken
+            );
+        }
+        let f = &self.told_201;
+        println!(
+            "  told 201: {}; holding that seat at the end {}; released by the run: {} cancelled, {} ran out",
+            f.told, f.holding, f.cancelled, f.expired
         );
         println!("  violations: {}", self.violations.len());
         for v in &self.violations {
