@@ -132,7 +132,7 @@ pub async fn run(
         }
         match inject(kind, &topo, round).await {
             Ok(()) => injected.bump(kind),
-            Err(e) => tracing::warn!(?kind, error = %e, "fault not injected"),
+            Err(e) => tracing::warn!(?kind, error = format!("{e:#}"), "fault not injected"),
         }
         if !lasting.is_zero() {
             tokio::select! {
@@ -140,7 +140,7 @@ pub async fn run(
                 _ = tokio::time::sleep(lasting) => {}
             }
             if let Err(e) = heal(kind, &topo).await {
-                tracing::warn!(?kind, error = %e, "fault not healed; the run's end heals again");
+                tracing::warn!(?kind, error = format!("{e:#}"), "fault not healed; the run's end heals again");
             }
         }
         next = period.saturating_sub(lasting);
