@@ -14,17 +14,23 @@
 -- KEYS[3] {ev:ID}:cap      hash  level -> cap
 -- KEYS[4] {ev:ID}:free     zset  free seat numbers, score = seat number
 -- KEYS[5] {ev:ID}:pending  zset  code hash -> admitted-ms, admissions not yet in the database
+-- KEYS[6] {ev:ID}:meta     hash  state ("open" once switched in, "closed"), opens_at_ms, closes_at_ms
 -- ARGV    one or more groups of five:
 --   code hash; nonce; level; admission id, fresh for this attempt (kept only if it admits);
 --   mode: "admit", or "retry-only" when a gate (window, allowlist) refuses the request unless it
 --   is a retry: then only check 1 may answer, and anything else is -4, writing nothing.
 --
--- Checks, in this order (DESIGN.md):
+-- Checks, in this order (docs/design.md#the-admit-script):
 --   1. admitted with this nonce  -> {slot, admitted-ms, admission-id, level} of the original
 --   2. admitted with other nonce -> -1
---   3. level at its cap          -> -3
---   4. no free seat              -> -2
---   5. admit                     -> {slot, admitted-ms, admission-id, level}
+--   3. outside the sale window, by Redis's clock and the event's state here:
+--      not loaded (no state: Redis lost the event) -> -7, before opens_at -> -5,
+--      closed or at/after closes_at -> -6
+--   4. level at its cap          -> -3
+--   5. no free seat              -> -2
+--   6. admit                     -> {slot, admitted-ms, admission-id, level}
+-- The gates in front check the window too, from each serve's cached view and clock; this check is
+-- the one that holds when a cache is stale or a host's clock runs ahead.
 -- With "retry-only", anything but check 1 -> -4 (the gate's refusal stands).
 -- Error "ERR unknown level" when the level has no cap (the HTTP gate refuses it first); it is
 -- that attempt's reply alone and writes nothing.
@@ -58,6 +64,16 @@ local free = redis.call('ZCARD', KEYS[4])
 local caps, taken, added = {}, {}, {}
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- The window: false while fresh admissions may go on, else the refusal they all get.
+local window = false
+local meta = redis.call('HMGET', KEYS[6], 'state', 'opens_at_ms', 'closes_at_ms')
+if meta[1] ~= 'open' and meta[1] ~= 'closed' then
+  window = -7
+elseif meta[1] == 'closed' or (meta[3] and now >= tonumber(meta[3])) then
+  window = -6
+elseif meta[2] and now < tonumber(meta[2]) then
+  window = -5
+end
 
 local replies, admitted, written = {}, {}, {}
 for i = 1, n do
@@ -90,6 +106,8 @@ for i = 1, n do
     end
   elseif retry_only then
     reply = -4
+  elseif window then
+    reply = window
   else
     if caps[lvl] == nil then
       caps[lvl] = redis.call('HGET', KEYS[3], lvl)

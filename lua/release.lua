@@ -18,7 +18,8 @@
 --
 -- Every call writes (the INCR), so the WAIT that follows on the same connection covers this
 -- connection's latest write even when an earlier run (whose WAIT fell short) already deleted the
--- record: a release is only marked synced once a replica has it (DESIGN).
+-- record: a release is only marked synced once a replica has it
+-- (docs/design.md#releases-and-their-sync).
 
 redis.call('INCR', KEYS[5])
 local record = redis.call('HGET', KEYS[1], ARGV[1])

@@ -27,9 +27,10 @@ def resp(*args):
         a = a if isinstance(a, bytes) else str(a).encode()
         out.append(b'$%d\r\n%s\r\n' % (len(a), a))
     return b''.join(out)
-keys = ['{ev:b}:adm', '{ev:b}:taken', '{ev:b}:cap', '{ev:b}:free', '{ev:b}:pending']
+keys = ['{ev:b}:adm', '{ev:b}:taken', '{ev:b}:cap', '{ev:b}:free', '{ev:b}:pending', '{ev:b}:meta']
 with open(d + '/setup.resp', 'wb') as f:
     f.write(resp('HSET', keys[2], 'A1', 10 ** 9))
+    f.write(resp('HSET', keys[5], 'state', 'open'))  # admit.lua admits only while open (older ones ignore KEYS[6])
     for s in range(1, n + 1, 1000):
         args = []
         for seat in range(s, min(n, s + 999) + 1):
@@ -41,9 +42,9 @@ with open(d + '/calls.resp', 'wb') as f:
         attempts = [(c, 'nonce-' + c[:16], 'A1', 'adm-' + c[:24]) for c in codes[r:r + batch]]
         if form == 'one':
             for a in attempts:
-                f.write(resp('EVALSHA', sha, 5, *keys, *a))
+                f.write(resp('EVALSHA', sha, len(keys), *keys, *a))
         else:
-            f.write(resp('EVALSHA', sha, 5, *keys, *[x for a in attempts for x in (*a, 'admit')]))
+            f.write(resp('EVALSHA', sha, len(keys), *keys, *[x for a in attempts for x in (*a, 'admit')]))
         f.write(resp('WAIT', 0, 0))
 PY
 redis-cli -p "$PORT" --pipe < "$DIR/setup.resp" >/dev/null

@@ -1,6 +1,6 @@
-//! The three invariants of DESIGN.md, checked against the database, Redis and (optionally) what
-//! clients were told. Used by the tests after every scenario and by the fault runner after every
-//! run; meant for a quiet moment (nothing in flight, the reaper done).
+//! The three invariants (docs/design.md#the-invariants), checked against the database, Redis and
+//! (optionally) what clients were told. Used by the tests after every scenario and by the fault
+//! runner after every run; meant for a quiet moment (nothing in flight, the reaper done).
 
 use redis::aio::MultiplexedConnection;
 use seatrush::domain::code::CodeHash;

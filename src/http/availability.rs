@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use utoipa::ToSchema;
 
-/// How old a snapshot may be when it answers (DESIGN: "at most 1 s old").
+/// How old a snapshot may be when it answers (docs/design.md#availability-and-health: at most 1 s).
 pub const SNAPSHOT_AGE_MAX: Duration = Duration::from_secs(1);
 /// What `Cache-Control` lets a browser or a CDN reuse an answer for; equal to the snapshot age.
 const CACHE_CONTROL: &str = "public, max-age=1";

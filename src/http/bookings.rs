@@ -181,8 +181,9 @@ enum Answer {
     Honeypot(Booked),
 }
 
-/// A refusal, and whether it tells a guesser something about codes (DESIGN "Rate limit":
-/// `not_registered`, or a code that does not normalise), which the per-address limit counts.
+/// A refusal, and whether it tells a guesser something about codes (`not_registered`, or a code
+/// that does not normalise), which the per-address limit counts
+/// (docs/design.md#refusal-rate-limit).
 struct Refused {
     error: ApiError,
     about_code: bool,

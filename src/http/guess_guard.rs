@@ -1,4 +1,4 @@
-//! The penalty for code guessers (DESIGN "The public edge"). The refusal limit
+//! The penalty for code guessers (docs/design.md#guess-guard). The refusal limit
 //! ([`super::refusal_limit`]) only turns a guesser's refusals into `429`s; a registered code it
 //! hits still books, so its `429`s would mean "not registered" and every hit would take a seat.
 //! Here an address whose recent attempts are **mostly** refusals — at least `refusals_min`

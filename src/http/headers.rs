@@ -1,8 +1,8 @@
-//! Browser protections on every answer (DESIGN "The public edge"): `nosniff`, no referrer, no
-//! framing, and a Content-Security-Policy. API answers get `default-src 'none'` (a JSON body has
-//! nothing to load); each page gets `default-src 'self'` with its own inline `<script>` and
-//! `<style>` allowed by their SHA-256, never by `'unsafe-inline'`, so a script injected into the
-//! page would not run and the booking button cannot be framed by another site.
+//! Browser protections on every answer (docs/design.md#browser-protections): `nosniff`, no
+//! referrer, no framing, and a Content-Security-Policy. API answers get `default-src 'none'` (a
+//! JSON body has nothing to load); each page gets `default-src 'self'` with its own inline
+//! `<script>` and `<style>` allowed by their SHA-256, never by `'unsafe-inline'`, so a script
+//! injected into the page would not run and the booking button cannot be framed by another site.
 
 use super::AppState;
 use axum::extract::{Request, State};

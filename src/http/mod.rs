@@ -129,7 +129,8 @@ impl Edge {
     }
 }
 
-/// The client's address as DESIGN defines it (peer, or `X-Forwarded-For` from a trusted proxy).
+/// The client's address (docs/design.md#client-address): the peer, or `X-Forwarded-For` from a
+/// trusted proxy.
 pub struct ClientAddr(pub IpAddr);
 
 impl FromRequestParts<AppState> for ClientAddr {

@@ -1,6 +1,6 @@
-//! The rate limit on answers that tell a guesser something about codes (DESIGN "Rate limit"):
-//! `403 not_registered` and the `400` for a code that does not normalise. Past
-//! `refusal-rate-per-minute` such refusals from one client address, the answer is
+//! The rate limit on answers that tell a guesser something about codes
+//! (docs/design.md#refusal-rate-limit): `403 not_registered` and the `400` for a code that does not
+//! normalise. Past `refusal-rate-per-minute` such refusals from one client address, the answer is
 //! `429 rate_limited` with `Retry-After` instead. Valid attempts never consume the quota and are
 //! never limited, so a candidate who mistyped their code and then types it right still books.
 //!
@@ -102,9 +102,10 @@ pub(crate) fn key_of(client: IpAddr) -> IpAddr {
     }
 }
 
-/// The client address (DESIGN): the peer, or — when the peer is a trusted proxy — the last
-/// `X-Forwarded-For` hop that is not itself a trusted proxy. A hop that does not parse stops the
-/// walk at the last trusted address, so a forged header can only ever name the proxy itself.
+/// The client address (docs/design.md#client-address): the peer, or — when the peer is a trusted
+/// proxy — the last `X-Forwarded-For` hop that is not itself a trusted proxy. A hop that does not
+/// parse stops the walk at the last trusted address, so a forged header can only ever name the
+/// proxy itself.
 pub fn client_address(peer: IpAddr, forwarded_for: &[&str], trusted: &[IpNet]) -> IpAddr {
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
     if !is_trusted(&peer) {

@@ -1,4 +1,5 @@
-//! The accept loop and what protects it from slow or idle clients (DESIGN "The public edge").
+//! The accept loop and what protects it from slow or idle clients
+//! (docs/design.md#timeouts-and-the-connection-cap, docs/design.md#the-in-flight-bound).
 //!
 //! `axum::serve` starts hyper without a timer, so no header timeout applies: a socket that sends
 //! half a request head and then nothing stays open for good. Here each connection is served by

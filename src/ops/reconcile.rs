@@ -36,11 +36,14 @@ pub struct LevelStatus {
     pub db_paid: i64,
     /// Admissions in Redis not yet in the database.
     pub pending: i64,
+    /// Database holders whose code's record in Redis is another admission still in flight: the
+    /// arbiter settles that one first, and only then may the holder's record (and count) return.
+    pub deferred: i64,
 }
 
 impl LevelStatus {
     pub fn expected_taken(&self) -> i64 {
-        self.db_held + self.db_paid + self.pending
+        self.db_held + self.db_paid + self.pending - self.deferred
     }
 }
 
@@ -59,6 +62,8 @@ pub struct Comparison {
     pub missing_records: usize,
     /// Redis records neither in the database nor pending.
     pub orphan_records: usize,
+    /// Database holders whose record waits for another admission of the code, in flight.
+    pub deferred_records: usize,
     /// The database's own counters against its rows.
     pub db_counter_drift: Vec<String>,
     expected_taken: BTreeMap<String, i64>,
@@ -140,6 +145,11 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
         l.db_paid = db.paid;
     }
     let mut held_seats: BTreeSet<i64> = holders.iter().map(|r| r.slot).collect();
+    // Codes whose Redis record is a pending admission other than the database's holder (Redis
+    // lost the holder's record, then the code was admitted again): that admission is in flight
+    // and its record stays, or its settling would find nothing and the repair would leave a
+    // pending entry without a record (issue 29 item 7).
+    let mut in_flight: BTreeSet<String> = BTreeSet::new();
     for (code, record) in &records {
         let Some(hash) = CodeHash::from_hex(code) else { continue };
         let Some(adm) = Admission::from_record(hash, record) else { continue };
@@ -147,17 +157,27 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
         if persisted {
             continue;
         }
-        if pending.contains(code) && !in_db.contains_key(code.as_str()) {
+        if pending.contains(code) {
             if let Some(l) = c.levels.get_mut(&adm.level) {
                 l.pending += 1;
             }
             held_seats.insert(adm.slot);
             c.expected_records.push((code.clone(), record.clone()));
+            if in_db.contains_key(code.as_str()) {
+                in_flight.insert(code.clone());
+            }
         } else {
             c.orphans.push(code.clone());
         }
     }
     for r in &holders {
+        if in_flight.contains(r.code.as_str()) {
+            if let Some(l) = c.levels.get_mut(&r.level) {
+                l.deferred += 1;
+            }
+            c.deferred_records += 1;
+            continue;
+        }
         let record = format!("{} {} {} {} {}", r.nonce, r.admission_id, r.slot, r.level, r.admitted_ms);
         if records.get(r.code.as_str()) != Some(&record) {
             c.missing_records += 1;

@@ -73,6 +73,13 @@ impl Scripts {
         }
     }
 
+    /// The scripts with another admit source, for tests that need Redis to answer one event's
+    /// call in a way a real server only does in a race (a `fault-hooks` build only).
+    #[cfg(feature = "fault-hooks")]
+    pub fn with_admit_source(admit: &'static str) -> Self {
+        Self { admit: Script::new(admit), ..Self::new() }
+    }
+
     pub fn all(&self) -> [&Script; 4] {
         [&self.admit, &self.undo, &self.release, &self.persisted]
     }
@@ -110,7 +117,7 @@ impl Scripts {
                 ]
             })
             .collect();
-        self.admit.call(&[&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending], &args)
+        self.admit.call(&[&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending, &keys.meta], &args)
     }
 
     /// The guarded undo of one admission (only while it is pending).
@@ -230,6 +237,20 @@ pub enum AdmitReply {
     SoldOut,
     /// -4: a "retry-only" call that was not a retry of this nonce's admission.
     NotARetry,
+    /// -5, -6, -7: a fresh admission outside the sale window, by Redis's clock and the event's
+    /// state in Redis.
+    Outside(OutsideWindow),
+}
+
+/// Why the admit script refused a fresh admission by the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutsideWindow {
+    /// -5: before `opens_at`.
+    NotOpen,
+    /// -6: closed, or at or after `closes_at`.
+    Closed,
+    /// -7: Redis holds no state for the event: it lost the event (a wipe), or `open` never ran.
+    NotLoaded,
 }
 
 #[derive(Clone, Debug, thiserror::Error)]
@@ -253,6 +274,9 @@ impl AdmitReply {
             Value::Int(-3) => Ok(Self::LevelFull),
             Value::Int(-2) => Ok(Self::SoldOut),
             Value::Int(-4) => Ok(Self::NotARetry),
+            Value::Int(-5) => Ok(Self::Outside(OutsideWindow::NotOpen)),
+            Value::Int(-6) => Ok(Self::Outside(OutsideWindow::Closed)),
+            Value::Int(-7) => Ok(Self::Outside(OutsideWindow::NotLoaded)),
             Value::Array(ref items) if items.len() == 4 => {
                 let admitted = (|| {
                     let slot = int(&items[0])?;
@@ -301,6 +325,7 @@ mod tests {
         assert_eq!(AdmitReply::decode(Value::Int(-1)).unwrap(), AdmitReply::AlreadyAdmitted);
         assert_eq!(AdmitReply::decode(Value::Int(-3)).unwrap(), AdmitReply::LevelFull);
         assert_eq!(AdmitReply::decode(Value::Int(-2)).unwrap(), AdmitReply::SoldOut);
+        assert_eq!(AdmitReply::decode(Value::Int(-6)).unwrap(), AdmitReply::Outside(OutsideWindow::Closed));
         let admitted = Value::Array(vec![
             Value::Int(7),
             Value::Int(1_800_000_000_000),
@@ -320,7 +345,7 @@ mod tests {
 
     #[test]
     fn unknown_replies_are_errors_not_guesses() {
-        assert!(AdmitReply::decode(Value::Int(-5)).is_err());
+        assert!(AdmitReply::decode(Value::Int(-8)).is_err());
         assert!(AdmitReply::decode(Value::Int(0)).is_err());
         assert!(AdmitReply::decode(Value::Nil).is_err());
         assert!(AdmitReply::decode(Value::Array(vec![Value::Int(0), Value::Int(1), Value::Nil, Value::Nil])).is_err());

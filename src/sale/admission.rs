@@ -3,15 +3,16 @@
 //! [`Committer`](crate::sale::committer::Committer)), then the database write, the
 //! mark-persisted script, and the answer.
 //!
-//! Order (DESIGN.md): event -> level -> window -> allowlist -> admit -> WAIT -> persist -> mark
-//! persisted -> 201. A gate's refusal yields to a retry of this nonce's admission. Every undo on
-//! this path goes through [`Sale::settle`], so none returns a seat whose database write may still
-//! land. Any Redis error is `Retry`.
+//! Order (docs/design.md#the-request-path): event -> level -> window -> allowlist -> admit -> WAIT
+//! -> persist -> mark persisted -> 201. A gate's refusal yields to a retry of this nonce's
+//! admission. Every undo on this path goes through [`Sale::settle`], so none returns a seat whose
+//! database write may still land. Any Redis error is `Retry`.
 
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::{now_ms, LevelName};
 use crate::fault_hooks::CrashPoint;
+use crate::redis_io::scripts::OutsideWindow;
 use crate::sale::booking::{Booked, BookingRequest, Refusal};
 use crate::sale::catalog::{EventView, Window};
 use crate::sale::committer::{AdmitCall, CommitError, Committed, ScriptRefusal};
@@ -119,6 +120,19 @@ impl Sale {
             ScriptRefusal::SoldOut => Refusal::SoldOut,
             // The record changed between the read and the script: the gate's refusal stands.
             ScriptRefusal::NotARetry => gate.unwrap_or(Refusal::Retry("admission changed while it was checked")),
+            // The gate's cached view or this host's clock said open; Redis's own say otherwise.
+            ScriptRefusal::Outside(OutsideWindow::NotOpen) => {
+                Stats::bump(&self.stats.window_refused);
+                Refusal::NotOpen
+            }
+            ScriptRefusal::Outside(OutsideWindow::Closed) => {
+                Stats::bump(&self.stats.window_refused);
+                Refusal::Closed
+            }
+            ScriptRefusal::Outside(OutsideWindow::NotLoaded) => {
+                Stats::bump(&self.stats.event_not_loaded);
+                Refusal::Retry("the event is not loaded in Redis")
+            }
         }
     }
 

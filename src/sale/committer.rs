@@ -20,7 +20,7 @@ use crate::fault_hooks::{BrokenGuard, CrashPoint, FaultPlan};
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::{is_no_replicas, needs_reconnect, RedisLink};
 use crate::redis_io::scripts::{
-    admit_replies, decode_attempt, is_noscript, AdmitArgs, AdmitReply, ReplyError, Scripts,
+    admit_replies, decode_attempt, is_noscript, AdmitArgs, AdmitReply, OutsideWindow, ReplyError, Scripts,
 };
 use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Value};
@@ -66,6 +66,8 @@ pub enum ScriptRefusal {
     SoldOut,
     /// -4: a retry-only call that was no retry; the gate's refusal stands.
     NotARetry,
+    /// -5/-6/-7: outside the window by Redis's clock and state.
+    Outside(OutsideWindow),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -207,10 +209,11 @@ impl Worker {
         };
         assert_eq!(replies.len(), batch.len(), "one reply per admit in the pipeline");
         // A demoted or cut-off primary answers each script on its own (READONLY, NOREPLICAS,
-        // MASTERDOWN): drop the connection so the next round finds the current primary.
-        if replies.iter().any(|r| matches!(r, Err(e) if needs_reconnect(e) || is_no_replicas(e))) {
-            self.conn = None;
-        }
+        // MASTERDOWN): the connection goes so the next round finds the current primary, but only
+        // after this round's WAIT. The WAIT must run on the connection that wrote the round's
+        // admissions: on a fresh one, which wrote nothing, it returns at once and the admissions
+        // of another event in the round would count as acknowledged (issue 29 item 6).
+        let reconnect = replies.iter().any(|r| matches!(r, Err(e) if needs_reconnect(e) || is_no_replicas(e)));
         self.crash.maybe(CrashPoint::AfterAdmit);
         let admitted = replies.iter().any(|r| matches!(r, Ok(AdmitReply::Admitted { .. })));
         let waited = piggybacked.is_some() || admitted;
@@ -219,6 +222,9 @@ impl Worker {
             None if admitted => self.wait().await,
             None => Ok(true),
         };
+        if reconnect {
+            self.conn = None;
+        }
         if waited {
             // Only a round that found its replicas in step rides the next WAIT in its pipeline: a
             // piggybacked WAIT runs whatever the scripts answered, so while replicas are missing
@@ -256,6 +262,7 @@ impl Worker {
                 (AdmitReply::LevelFull, _) => Ok(Committed::Refused(ScriptRefusal::LevelFull)),
                 (AdmitReply::SoldOut, _) => Ok(Committed::Refused(ScriptRefusal::SoldOut)),
                 (AdmitReply::NotARetry, _) => Ok(Committed::Refused(ScriptRefusal::NotARetry)),
+                (AdmitReply::Outside(why), _) => Ok(Committed::Refused(ScriptRefusal::Outside(why))),
             })
             .collect()
     }
@@ -290,10 +297,11 @@ impl Worker {
             return Ok(true);
         }
         let cmd = self.wait_cmd();
-        let reply: Result<i64, RedisError> = match self.connection().await {
-            Ok(conn) => cmd.query_async(conn).await,
-            Err(e) => Err(e),
+        // Never a fresh connection: its WAIT would cover none of the round's writes.
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(RedisError::from((redis::ErrorKind::Io, "the connection that ran the admits is gone")));
         };
+        let reply: Result<i64, RedisError> = cmd.query_async(conn).await;
         self.acked(reply)
     }
 

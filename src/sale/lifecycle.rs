@@ -2,9 +2,8 @@
 //! row changes first, in one conditional statement that names the admission it releases; then the
 //! guarded release script returns the seat in Redis, followed by `WAIT` on the same connection. A
 //! release stays in `release_syncs` (not yet synced) until a replica has acknowledged it,
-//! and the background pass runs it again until one has (DESIGN "A release is done only once a
-//! replica has it"): a failover that loses a release cannot leave a seat counted with nobody
-//! holding it.
+//! and the background pass runs it again until one has (docs/design.md#releases-and-their-sync):
+//! a failover that loses a release cannot leave a seat counted with nobody holding it.
 
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
@@ -74,9 +73,25 @@ impl Sale {
     }
 
     /// Runs again the Redis side of releases that no replica has acknowledged yet.
+    /// Event by event, and only for events loaded in Redis: a past sale's releases that cannot
+    /// run (its Redis was wiped) wait without holding back any other event's.
     pub async fn sync_releases_once(&self) -> Result<usize, StoreError> {
-        let rows = self.store.unsynced_releases(PASS_BATCH_MAX).await?;
-        Ok(self.release_in_redis(&rows).await)
+        let mut synced = 0;
+        for event in self.store.events_with_unsynced_releases().await? {
+            match self.catalog.loaded_in_redis(&event).await {
+                Ok(true) => {}
+                // Not loaded: a rebuilding `open` may still install these rows' records, so they
+                // stay unsynced until the event is back.
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(%event, error = %e, "cannot tell whether the event is loaded; releases wait");
+                    continue;
+                }
+            }
+            let rows = self.store.unsynced_releases_of(&event, PASS_BATCH_MAX).await?;
+            synced += self.release_in_redis(&rows).await;
+        }
+        Ok(synced)
     }
 
     /// The guarded release script for rows the database has released, then one `WAIT` on the

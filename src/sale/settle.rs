@@ -1,11 +1,11 @@
 //! Settling an admission that will not be answered with a seat — a short replica
 //! acknowledgement, a database refusal, the reaper. It is the one way an undo runs.
 //!
-//! The database row decides first (DESIGN "An undo never returns a seat whose database write may
-//! still land"): the row for the code is claimed `released` for this admission, exactly as the
-//! reaper claims it. Only if that claim stands (or another admission holds the row) does the
-//! guarded undo return the seat in Redis. If the row holds a seat for this very admission, the
-//! admission was persisted after all (a retry's write landed): only its pending entry goes.
+//! The database row decides first (docs/design.md#the-guarded-undo: no undo returns a seat whose
+//! database write may still land): the row for the code is claimed `released` for this admission,
+//! exactly as the reaper claims it. Only if that claim stands (or another admission holds the row)
+//! does the guarded undo return the seat in Redis. If the row holds a seat for this very admission,
+//! the admission was persisted after all (a retry's write landed): only its pending entry goes.
 
 use crate::domain::admission::Admission;
 use crate::domain::event::{now_ms, EventId};

@@ -63,6 +63,8 @@ counters! {
     reaper_released => reaper_total { outcome = "released" }: "pending admissions the reaper released",
     reaper_persisted => reaper_total { outcome = "already_persisted" }: "pending entries the reaper found already in the database",
     reaper_skipped => reaper_total { outcome = "skipped" }: "pending entries the reaper could not settle (the database refused them); skipped, tried again next pass",
+    window_refused => script_window_refusals_total: "fresh admissions the admit script refused by the window in Redis after a gate let them through (a stale cache or a clock ahead)",
+    event_not_loaded => script_event_not_loaded_total: "admissions refused 503 because Redis held no state for the event (it lost the event)",
     holds_expired => holds_expired_total: "unpaid holds released at hold_until",
     paid => paid_total: "bookings marked paid",
     cancelled => cancelled_total: "bookings cancelled by an operator",

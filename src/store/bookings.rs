@@ -163,8 +163,8 @@ pub(super) const UPSERT: &str = "INSERT INTO bookings (event_id, code_hash, nonc
      WHERE bookings.state = 'released' AND bookings.admission_id <> excluded.admission_id";
 
 impl Store {
-    /// The one clock for holds (DESIGN "One clock for holds"): PostgreSQL's own clock, shared by
-    /// every `serve`; for SQLite the host's clock, which is the database's clock (SQLite runs in
+    /// The one clock for holds (docs/design.md#one-clock-for-holds): PostgreSQL's own clock, shared
+    /// by every `serve`; for SQLite the host's clock, which is the database's clock (SQLite runs in
     /// the process) and is shared by every `serve` that can open the file.
     pub async fn clock_ms(&self) -> Result<i64, StoreError> {
         match self {
@@ -295,26 +295,36 @@ impl Store {
     /// Releases the database has made that no replica has acknowledged yet, oldest first. They
     /// live in `release_syncs`, not on the booking row: a new booking may overwrite the row first.
     pub async fn unsynced_releases(&self, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
-        type Tuple = (String, String, String, String, i64, String, i64, i64);
         let sql = "SELECT event_id, code_hash, nonce, admission_id, slot, level, admitted_ms, released_ms
                    FROM release_syncs ORDER BY released_ms LIMIT $1";
-        let rows: Vec<Tuple> = on_pool!(self, pool => sqlx::query_as(sql).bind(limit).fetch_all(pool).await?);
-        Ok(rows
-            .into_iter()
-            .filter_map(|(event, code, nonce, admission_id, slot, level, admitted_ms, released_ms)| {
-                let row = BookingRow {
-                    code: CodeHash::from_hex(&code)?,
-                    nonce,
-                    admission_id,
-                    slot,
-                    level,
-                    state: "released".into(),
-                    admitted_ms,
-                    hold_until_ms: released_ms,
-                };
-                Some((EventId::parse(&event).ok()?, row))
+        let rows = on_pool!(self, pool => sqlx::query_as(sql).bind(limit).fetch_all(pool).await?);
+        Ok(unsynced_rows(rows))
+    }
+
+    /// The events that have releases no replica has acknowledged yet.
+    pub async fn events_with_unsynced_releases(&self) -> Result<Vec<EventId>, StoreError> {
+        let ids: Vec<(String,)> = on_pool!(self, pool => {
+            sqlx::query_as("SELECT DISTINCT event_id FROM release_syncs ORDER BY event_id").fetch_all(pool).await?
+        });
+        ids.into_iter()
+            .map(|(id,)| {
+                EventId::parse(&id).map_err(|e| StoreError::Corrupt(format!("release_syncs event id {id:?}: {e}")))
             })
-            .collect())
+            .collect()
+    }
+
+    /// One event's oldest unacknowledged releases. The sync pass asks event by event, so one
+    /// event whose releases cannot run (not loaded: a past sale whose Redis was wiped) never
+    /// crowds out another's (issue 29 item 2).
+    pub async fn unsynced_releases_of(
+        &self,
+        event: &EventId,
+        limit: i64,
+    ) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
+        let sql = "SELECT event_id, code_hash, nonce, admission_id, slot, level, admitted_ms, released_ms
+                   FROM release_syncs WHERE event_id = $1 ORDER BY released_ms LIMIT $2";
+        let rows = on_pool!(self, pool => sqlx::query_as(sql).bind(event.as_str()).bind(limit).fetch_all(pool).await?);
+        Ok(unsynced_rows(rows))
     }
 
     async fn rows_with_event(&self, sql: &str, arg: i64, limit: i64) -> Result<Vec<(EventId, BookingRow)>, StoreError> {
@@ -384,4 +394,24 @@ impl Store {
             Ok(rows.into_iter().collect())
         })
     }
+}
+
+type UnsyncedTuple = (String, String, String, String, i64, String, i64, i64);
+
+fn unsynced_rows(rows: Vec<UnsyncedTuple>) -> Vec<(EventId, BookingRow)> {
+    rows.into_iter()
+        .filter_map(|(event, code, nonce, admission_id, slot, level, admitted_ms, released_ms)| {
+            let row = BookingRow {
+                code: CodeHash::from_hex(&code)?,
+                nonce,
+                admission_id,
+                slot,
+                level,
+                state: "released".into(),
+                admitted_ms,
+                hold_until_ms: released_ms,
+            };
+            Some((EventId::parse(&event).ok()?, row))
+        })
+        .collect()
 }

@@ -251,8 +251,8 @@ impl TestApp {
         }
     }
 
-    /// Checks the three invariants of DESIGN.md against Redis and the database, with nothing in
-    /// flight. Panics with every violation found.
+    /// Checks the three invariants (docs/design.md#the-invariants) against Redis and the
+    /// database, with nothing in flight. Panics with every violation found.
     pub async fn assert_invariants(&self) {
         let violations = self.invariant_violations().await;
         assert!(violations.is_empty(), "invariant violations:\n{}", violations.join("\n"));

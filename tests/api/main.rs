@@ -16,6 +16,7 @@ mod lifecycle;
 mod observability;
 mod operator;
 mod overload;
+mod parting_ways;
 mod persister;
 mod refusal_limit;
 mod schema;

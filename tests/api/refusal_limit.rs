@@ -1,4 +1,4 @@
-//! DESIGN "Rate limit": refusals that tell a guesser something about codes (`403
+//! docs/design.md#refusal-rate-limit: refusals that tell a guesser something about codes (`403
 //! not_registered`, `400` for a code that does not normalise) are limited per client address;
 //! valid attempts never are; `X-Forwarded-For` counts only from a trusted proxy.
 

@@ -224,7 +224,7 @@ async fn a_malformed_admit_call_is_refused_whole_and_writes_nothing() {
     let before = app.redis_state();
     let scripts = Scripts::new();
     let mut conn = app.sale.link.check().await.unwrap();
-    let keys = [&app.keys.adm, &app.keys.taken, &app.keys.cap, &app.keys.free, &app.keys.pending];
+    let keys = [&app.keys.adm, &app.keys.taken, &app.keys.cap, &app.keys.free, &app.keys.pending, &app.keys.meta];
     let code = app.hash("CODE-00001");
     for args in [
         vec![code.as_str(), "nonce-aaaaaaaa", "A1", "id-1"],
@@ -249,6 +249,7 @@ async fn a_committer_round_sends_one_admit_call_per_event() {
     // A second event, straight into Redis: three seats, one level with room for ten.
     let other = Arc::new(EventKeys::new(&EventId::parse("other-event").unwrap()));
     app.redis::<()>(redis::cmd("HSET").arg(&other.cap).arg("A1").arg(10));
+    app.redis::<()>(redis::cmd("HSET").arg(&other.meta).arg("state").arg("open"));
     app.redis::<()>(redis::cmd("ZADD").arg(&other.free).arg(1).arg(1).arg(2).arg(2).arg(3).arg(3));
     let policy = AckPolicy { replicas: 0, timeout: Duration::from_secs(1) };
     let committer = Committer::start(app.sale.link.clone(), Arc::new(Scripts::new()), policy, 1, FaultPlan::none());

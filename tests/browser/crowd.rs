@@ -129,7 +129,7 @@ async fn a_code_that_already_holds_a_seat_is_shown_that_seat() {
     let said = browser.wait_for_text("#result.ok", "You already hold").await;
     browser.screenshot("crowd-7-already-holds-a-seat").await;
     assert_accessible(&browser, "already holds a seat").await;
-    // DESIGN: the 409 carries the seat; the page names it.
+    // The 409 carries the seat (docs/design.md#answers); the page names it.
     assert!(said.starts_with(&format!("You already hold seat {slot} (level B1) with this code.")), "{said}");
     assert!(said.contains("Please pay by"), "{said}");
 

@@ -158,6 +158,14 @@ fn row_upsert_arbiter_forgets_a_claim() {
     find_counterexample(switched(Switches { row_upsert_arbiter: true, ..Switches::default() }), "row_upsert_arbiter");
 }
 
+/// Issue 29 item 5: with only the gates keeping the window, a serve whose cached view still says
+/// open admits after `close`. Checked in the operator world (it has the close).
+#[test]
+fn window_only_in_the_gates_admits_after_close() {
+    let model = SeatRush::new(one_code_with_operator(), Switches { window_not_in_script: true, ..Switches::default() });
+    assert_eq!(find_counterexample(model, "window_not_in_script"), "no fresh admission after close");
+}
+
 /// Explores a bound given as `MODEL_PROBE="clients requests nonces failovers crashes serves closes
 /// cancels pays passes_at_once"` (clients alternate between two levels capped at 1), printing progress; for
 /// sizing the checks on a new machine.

@@ -29,6 +29,7 @@ struct Keys {
     free: String,
     pending: String,
     syncs: String,
+    meta: String,
 }
 
 impl Keys {
@@ -42,11 +43,12 @@ impl Keys {
             free: key("free"),
             pending: key("pending"),
             syncs: key("syncs"),
+            meta: key("meta"),
         }
     }
 
-    fn all(&self) -> [&str; 6] {
-        [&self.adm, &self.taken, &self.cap, &self.free, &self.pending, &self.syncs]
+    fn all(&self) -> [&str; 7] {
+        [&self.adm, &self.taken, &self.cap, &self.free, &self.pending, &self.syncs, &self.meta]
     }
 }
 
@@ -95,6 +97,7 @@ fn random_state(rng: &mut StdRng, held: f64) -> (Redis, Vec<u8>) {
     for t in &mut redis.taken {
         *t += rng.random_range(0..=1);
     }
+    redis.closed = rng.random_bool(0.15);
     (redis, caps)
 }
 
@@ -104,7 +107,14 @@ fn random_call(rng: &mut StdRng) -> Call {
     let aid = rng.random_range(0..3);
     match rng.random_range(0..4) {
         // Level LEVELS is unknown: admit must refuse it with an error, changing nothing.
-        0 => Call::Admit { code, nonce, level: rng.random_range(0..=LEVELS), aid: 7, retry_only: rng.random_bool(0.2) },
+        0 => Call::Admit {
+            code,
+            nonce,
+            level: rng.random_range(0..=LEVELS),
+            aid: 7,
+            retry_only: rng.random_bool(0.2),
+            window: true,
+        },
         1 => Call::Undo { code, nonce, aid, seat_held: rng.random_bool(0.3) },
         2 => Call::Release { code, nonce, aid },
         _ => Call::Persisted { code, nonce, aid },
@@ -132,6 +142,7 @@ fn a_batch_of_admits_decides_as_the_admits_one_after_another() {
                 level: rng.random_range(0..=LEVELS),
                 aid: 4 + a,
                 retry_only: rng.random_bool(0.1),
+                window: true,
             })
             .collect();
         let mut model = before.clone();
@@ -175,6 +186,7 @@ fn random_calls(rng: &mut StdRng) -> Vec<Call> {
             level: rng.random_range(0..=LEVELS),
             aid: 7,
             retry_only: rng.random_bool(0.2),
+            window: true,
         });
     }
     calls
@@ -201,6 +213,7 @@ fn load(keys: &mut Keys, redis: &Redis, caps: &[u8]) {
         }
     }
     pipe.cmd("SET").arg(&keys.syncs).arg(0).ignore();
+    pipe.cmd("HSET").arg(&keys.meta).arg("state").arg(if redis.closed { "closed" } else { "open" }).ignore();
     pipe.query::<()>(&mut keys.conn).expect("load the case into Redis");
 }
 
@@ -212,13 +225,13 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
         Call::Admit { .. } => {
             let mut args = Vec::new();
             for call in calls {
-                let Call::Admit { code: c, nonce, level: l, aid, retry_only } = *call else {
+                let Call::Admit { code: c, nonce, level: l, aid, retry_only, .. } = *call else {
                     panic!("a batch of admits only: {calls:?}")
                 };
                 let mode = if retry_only { "retry-only" } else { "admit" };
                 args.extend([code(c), format!("n{nonce}"), level(l), format!("a{aid}"), mode.into()]);
             }
-            (ADMIT, vec![&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending], args)
+            (ADMIT, vec![&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending, &keys.meta], args)
         }
         Call::Undo { code: c, nonce, aid, seat_held } => {
             let mut args = vec![code(c), format!("n{nonce}"), format!("a{aid}")];
@@ -271,6 +284,8 @@ fn read_back(keys: &mut Keys) -> Redis {
     let code_of =
         |name: &str| name.strip_prefix("code").and_then(|n| n.parse::<u8>().ok()).expect("a code this test wrote");
     let mut redis = Redis::opened(CODES as usize, LEVELS as usize, 1);
+    let state: Option<String> = redis::cmd("HGET").arg(&keys.meta).arg("state").query(&mut keys.conn).expect("HGET");
+    redis.closed = state.as_deref() == Some("closed");
     redis.free = free.iter().fold(0, |bits, &seat| bits | 1 << (seat - 1));
     redis.pending = pending.iter().fold(0, |bits, c| bits | 1 << code_of(c));
     for (name, text) in adm {
@@ -306,6 +321,7 @@ fn expected_reply(
         (Some(AdmitReply::SoldOut), Ok(Value::Int(-2))) => Ok(()),
         (Some(AdmitReply::LevelFull), Ok(Value::Int(-3))) => Ok(()),
         (Some(AdmitReply::NotARetry), Ok(Value::Int(-4))) => Ok(()),
+        (Some(AdmitReply::Closed), Ok(Value::Int(-6))) => Ok(()),
         (Some(AdmitReply::Admitted(r)), Ok(Value::Array(items))) if items.len() == 4 => {
             let text = |v: &Value| match v {
                 Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),

@@ -1,7 +1,8 @@
 //! What must hold. "Always" properties are checked in every reachable state. The quiescence
 //! properties are checked in every state where nothing is in flight (no request, no pass, no
 //! cancel), after `drain`: the replica catches up and reaper and sync passes run, without faults,
-//! until they change nothing, as DESIGN's invariant 3 says ("once ... one reaper pass are over").
+//! until they change nothing, as invariant 3 says (docs/design.md#the-invariants: "once … one
+//! reaper pass and one release sync have run").
 
 use crate::arbiter::RowState;
 use crate::protocol::{bit, SeatRush, State};
@@ -17,6 +18,7 @@ pub fn all() -> Vec<Property<SeatRush>> {
         Property::always("one seat per code", one_admission_per_code),
         Property::always("a client told 201 holds its seat", told_201_holds),
         Property::always("no 201 for a hold that ran out", |_, s: &State| !s.ghost.expired_201),
+        Property::always("no fresh admission after close", |_, s: &State| !s.ghost.admitted_after_close),
         Property::always("at quiescence Redis matches the database", |m, s: &State| {
             !quiescent(s) || counters_match(m, &drain(m, s))
         }),
@@ -127,8 +129,8 @@ pub fn drain(m: &SeatRush, s: &State) -> State {
     panic!("drain did not reach a fixpoint in 8 rounds: {s:#?}");
 }
 
-/// DESIGN invariant 3: counters equal held + paid rows level by level, nothing pending, and every
-/// release in the database is in Redis too.
+/// Invariant 3 (docs/design.md#the-invariants): counters equal held + paid rows level by level,
+/// nothing pending, and every release in the database is in Redis too.
 fn counters_match(m: &SeatRush, s: &State) -> bool {
     let r = &s.redis.primary;
     (0..m.caps().len()).all(|l| r.taken[l] as usize == s.db.holders(l as u8))

@@ -50,6 +50,9 @@ pub struct Switches {
     pub row_upsert_arbiter: bool,
     /// Tombstones, but the claim also overwrites the row as main does (hole 11 alone).
     pub claim_overwrites_row: bool,
+    /// admit.lua without its window check (before issue 29): only the gates keep the window,
+    /// from each serve's cached view, which may still say open after `close`.
+    pub window_not_in_script: bool,
 }
 
 /// The checked system: its bounds and which of today's bugs are switched back on.
@@ -84,6 +87,8 @@ pub struct Ghost {
     pub expired_201: bool,
     /// A failover happened while the replica lacked some writes.
     pub lost_writes: bool,
+    /// A fresh admission was made after `close`.
+    pub admitted_after_close: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -102,9 +107,12 @@ pub struct State {
 pub enum Action {
     /// A client sends a booking: a retry of its current nonce, or a fresh nonce. If it was still
     /// waiting for an earlier request, it has given up on it (that request goes on unheard).
+    /// `stale`: the serve's cached view of the event still says open after `close` (the gates
+    /// read a catalog cached for a second; only admit.lua reads the state as it is).
     Book {
         client: u8,
         fresh: bool,
+        stale: bool,
     },
     /// A request takes its next step; `acked` chooses the `WAIT` outcome.
     Step {

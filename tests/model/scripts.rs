@@ -26,6 +26,9 @@ pub struct Redis {
     pub free: u16,
     /// `{ev:ID}:pending`.
     pub pending: u16,
+    /// `{ev:ID}:meta`'s state is "closed" (the window's other ends, `opens_at` and `closes_at`,
+    /// take the same branch of admit.lua and are left out with time).
+    pub closed: bool,
 }
 
 /// What a script call did to the keyspace, which decides what reaches the replication stream.
@@ -54,6 +57,8 @@ pub enum AdmitReply {
     SoldOut,
     /// -4: with "retry-only" (a gate refused the request), anything but this nonce's admission.
     NotARetry,
+    /// -6: a fresh admission while the event's state in Redis is closed.
+    Closed,
     /// `ERR unknown level`
     UnknownLevel,
 }
@@ -62,23 +67,51 @@ pub enum AdmitReply {
 /// state the replica has when it applies them, which is the state the primary had).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Call {
-    Admit { code: u8, nonce: u8, level: u8, aid: u8, retry_only: bool },
-    Undo { code: u8, nonce: u8, aid: u8, seat_held: bool },
-    Release { code: u8, nonce: u8, aid: u8 },
-    Persisted { code: u8, nonce: u8, aid: u8 },
+    /// `window: false` only with the `window_not_in_script` switch: admit.lua without its window
+    /// check (the gates alone keep the window, from each serve's cached view).
+    Admit {
+        code: u8,
+        nonce: u8,
+        level: u8,
+        aid: u8,
+        retry_only: bool,
+        window: bool,
+    },
+    Undo {
+        code: u8,
+        nonce: u8,
+        aid: u8,
+        seat_held: bool,
+    },
+    Release {
+        code: u8,
+        nonce: u8,
+        aid: u8,
+    },
+    Persisted {
+        code: u8,
+        nonce: u8,
+        aid: u8,
+    },
 }
 
 impl Redis {
     /// A freshly opened event: every seat free, nothing taken.
     pub fn opened(codes: usize, levels: usize, seats: u8) -> Self {
-        Redis { records: vec![None; codes], taken: vec![0; levels], free: (1u16 << seats) - 1, pending: 0 }
+        Redis {
+            records: vec![None; codes],
+            taken: vec![0; levels],
+            free: (1u16 << seats) - 1,
+            pending: 0,
+            closed: false,
+        }
     }
 
     /// Runs one call; the integer reply of undo/release/persisted is 1 for changed.
     pub fn apply(&mut self, caps: &[u8], call: Call) -> (Option<AdmitReply>, bool, Write) {
         match call {
-            Call::Admit { code, nonce, level, aid, retry_only } => {
-                let (reply, write) = self.admit(caps, code, nonce, level, aid, retry_only);
+            Call::Admit { code, nonce, level, aid, retry_only, window } => {
+                let (reply, write) = self.admit(caps, code, nonce, level, aid, retry_only, window);
                 (Some(reply), matches!(reply, AdmitReply::Admitted(_)), write)
             }
             Call::Undo { code, nonce, aid, seat_held } => {
@@ -107,6 +140,7 @@ impl Redis {
         level: u8,
         aid: u8,
         retry_only: bool,
+        window: bool,
     ) -> (AdmitReply, Write) {
         if let Some(record) = self.records[code as usize] {
             if record.nonce == nonce {
@@ -119,6 +153,9 @@ impl Redis {
         }
         if retry_only {
             return (AdmitReply::NotARetry, Write::Nothing);
+        }
+        if window && self.closed {
+            return (AdmitReply::Closed, Write::Nothing);
         }
         let Some(&cap) = caps.get(level as usize) else { return (AdmitReply::UnknownLevel, Write::Nothing) };
         if self.taken[level as usize] >= cap {

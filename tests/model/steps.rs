@@ -14,11 +14,15 @@ pub fn enabled(m: &SeatRush, s: &State, out: &mut Vec<Action>) {
         // A client still waiting may time out and send again: its earlier request goes on
         // without anyone listening.
         if client.requests_used < b.requests[c as usize] {
-            if client.nonces_used > 0 && !client.settled {
-                out.push(Action::Book { client: c, fresh: false });
-            }
-            if client.nonces_used < b.nonces[c as usize] {
-                out.push(Action::Book { client: c, fresh: true });
+            // Only after close can a cached view be stale in a way the model sees.
+            let views: &[bool] = if s.closed { &[false, true] } else { &[false] };
+            for &stale in views {
+                if client.nonces_used > 0 && !client.settled {
+                    out.push(Action::Book { client: c, fresh: false, stale });
+                }
+                if client.nonces_used < b.nonces[c as usize] {
+                    out.push(Action::Book { client: c, fresh: true, stale });
+                }
             }
         }
         if let Some(row) = s.db.rows[c as usize] {
@@ -88,7 +92,7 @@ pub fn apply(m: &SeatRush, s: &mut State, action: Action) {
 
 fn step(m: &SeatRush, s: &mut State, action: Action) {
     match action {
-        Action::Book { client, fresh } => book(m, s, client, fresh),
+        Action::Book { client, fresh, stale } => book(m, s, client, fresh, stale),
         Action::Step { request, acked } => {
             let i = s.requests.iter().position(|r| r.id == request).expect("enabled only in flight");
             request_step(m, s, i, acked);
@@ -123,14 +127,21 @@ fn step(m: &SeatRush, s: &mut State, action: Action) {
         }
         Action::Close => {
             s.spent.closes += 1;
+            // close.lua sets the state in Redis; modelled as reaching the replica too (a close
+            // a failover loses is the heal's to restore from the database).
             s.closed = true;
+            s.redis.primary.closed = true;
+            s.redis.replica.closed = true;
         }
     }
 }
 
 /// A client sends a request; the read-only gates run as it arrives. After `close` only a retry
-/// whose nonce the code's record carries goes on (DESIGN: "recognised before a gate").
-fn book(m: &SeatRush, s: &mut State, c: u8, fresh: bool) {
+/// whose nonce the code's record carries goes on
+/// (docs/design.md#a-retry-is-recognised-before-a-gate-refuses-it); a stale cached view
+/// (`stale`) lets a fresh request through to admit.lua, whose own window check refuses it.
+fn book(m: &SeatRush, s: &mut State, c: u8, fresh: bool, stale: bool) {
+    let gate_closed = s.closed && !stale;
     let b = &m.bounds;
     if let Some(earlier) = s.requests.iter_mut().find(|r| r.client == c && r.listened) {
         earlier.listened = false;
@@ -150,12 +161,12 @@ fn book(m: &SeatRush, s: &mut State, c: u8, fresh: bool) {
         level: b.client_levels[c as usize],
         serve: (c + k) % b.serves,
         listened: true,
-        retry_only: s.closed,
+        retry_only: gate_closed,
         pc: Pc::Admit,
     };
     let retry_of_record = s.redis.primary.records[c as usize].is_some_and(|r| r.nonce == nonce);
     s.requests.push(request);
-    if s.closed && !retry_of_record {
+    if gate_closed && !retry_of_record {
         finish(s, s.requests.len() - 1, Answer::Closed);
     }
 }
@@ -165,19 +176,22 @@ fn request_step(m: &SeatRush, s: &mut State, i: usize, acked: bool) {
     let code = r.client;
     let next = match r.pc {
         Pc::Admit => {
-            let call = Call::Admit { code, nonce: r.nonce, level: r.level, aid: r.id, retry_only: r.retry_only };
+            let window = !m.switches.window_not_in_script;
+            let call =
+                Call::Admit { code, nonce: r.nonce, level: r.level, aid: r.id, retry_only: r.retry_only, window };
             let (reply, _) = s.redis.run(m.caps(), call, Some(Conn::Committer(r.serve)), true);
             match reply.expect("admit replies") {
                 AdmitReply::Admitted(adm) => {
                     if adm.aid == r.id {
                         s.ghost.born |= bit(r.id);
+                        s.ghost.admitted_after_close |= s.closed;
                     }
                     Pc::Wait { adm, epoch: s.redis.epoch }
                 }
                 AdmitReply::AlreadyAdmitted => return finish(s, i, Answer::AlreadyAdmitted),
                 AdmitReply::LevelFull => return finish(s, i, Answer::LevelFull),
                 AdmitReply::SoldOut => return finish(s, i, Answer::SoldOut),
-                AdmitReply::NotARetry => return finish(s, i, Answer::Closed),
+                AdmitReply::NotARetry | AdmitReply::Closed => return finish(s, i, Answer::Closed),
                 AdmitReply::UnknownLevel => unreachable!("the shape gate refuses unknown levels"),
             }
         }

@@ -36,17 +36,18 @@ pub struct Ceiling {
     pub command: String,
 }
 
-fn keys() -> [String; 5] {
-    ["adm", "taken", "cap", "free", "pending"].map(|k| format!("{TAG}:{k}"))
+fn keys() -> [String; 6] {
+    ["adm", "taken", "cap", "free", "pending", "meta"].map(|k| format!("{TAG}:{k}"))
 }
 
 /// Runs the script `requests` times pipelined, then `requests` times unpipelined.
 pub async fn measure(primary: &RedisServer, requests: u64) -> anyhow::Result<Ceiling> {
     let scripts = Scripts::new();
     let sha: String = primary.command(&scripts.admit.load_cmd())?;
-    let [adm, taken, cap, free, pending] = keys();
-    primary.command::<()>(redis::cmd("DEL").arg(&adm).arg(&taken).arg(&cap).arg(&free).arg(&pending))?;
+    let [adm, taken, cap, free, pending, meta] = keys();
+    primary.command::<()>(redis::cmd("DEL").arg(&adm).arg(&taken).arg(&cap).arg(&free).arg(&pending).arg(&meta))?;
     primary.command::<()>(redis::cmd("HSET").arg(&cap).arg("A1").arg(i64::MAX / 2))?;
+    primary.command::<()>(redis::cmd("HSET").arg(&meta).arg("state").arg("open"))?;
     let fill = "for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do redis.call('ZADD', KEYS[1], i, i) end";
     let seats = 3 * requests + 2 * FILL_CHUNK;
     let mut from = 1;
@@ -73,7 +74,7 @@ pub async fn measure(primary: &RedisServer, requests: u64) -> anyhow::Result<Cei
             "--csv".into(),
             "EVALSHA".into(),
             sha.clone(),
-            "5".into(),
+            keys().len().to_string(),
         ]);
         a.extend(keys());
         for _ in 0..attempts {
@@ -96,7 +97,7 @@ pub async fn measure(primary: &RedisServer, requests: u64) -> anyhow::Result<Cei
     let batched = run(args(1, BATCH, batch_calls)).await.with_context(|| format!("primary log tail: {}", log()))?
         * f64::from(BATCH);
     let command = format!("redis-benchmark {}", args(PIPELINE, 1, requests).join(" "));
-    primary.command::<()>(redis::cmd("UNLINK").arg(&adm).arg(&taken).arg(&cap).arg(&free).arg(&pending))?;
+    primary.command::<()>(redis::cmd("UNLINK").arg(&adm).arg(&taken).arg(&cap).arg(&free).arg(&pending).arg(&meta))?;
     Ok(Ceiling {
         clients: CLIENTS,
         pipeline: PIPELINE,

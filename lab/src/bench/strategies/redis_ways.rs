@@ -54,9 +54,12 @@ impl Strategy for LuaScript {
             .arg(&k.cap)
             .arg(&k.free)
             .arg(&k.pending)
+            .arg(&k.meta)
             .query_async::<()>(&mut c)
             .await?;
         redis::cmd("HSET").arg(&k.cap).arg(LEVEL).arg(seats).query_async::<()>(&mut c).await?;
+        // admit.lua admits only while the event's state in Redis says open, as `open` leaves it.
+        redis::cmd("HSET").arg(&k.meta).arg("state").arg("open").query_async::<()>(&mut c).await?;
         let mut zadd = redis::cmd("ZADD");
         zadd.arg(&k.free);
         for seat in 1..=seats {
@@ -80,6 +83,7 @@ impl Strategy for LuaScript {
             AdmitReply::SoldOut | AdmitReply::LevelFull => Attempt::SoldOut,
             AdmitReply::AlreadyAdmitted => anyhow::bail!("candidate {candidate} was handed out twice"),
             AdmitReply::NotARetry => anyhow::bail!("a plain admit answered as a retry-only one"),
+            AdmitReply::Outside(why) => anyhow::bail!("the event's window refused the admission: {why:?}"),
         })
     }
 
