@@ -452,3 +452,72 @@ pub async fn settled_violations(store: &Store, event: &EventId, now_ms: i64) -> 
 fn short(code: &str) -> &str {
     &code[..code.len().min(12)]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn told(level: &str) -> Told {
+        Told {
+            code: "c0de".into(),
+            nonce: "n1".into(),
+            status: 201,
+            what: "admitted".into(),
+            slot: 7,
+            asked_level: "A1".into(),
+            level: level.into(),
+            hold_until_ms: 10_000,
+            asked_ms: 1_000,
+            answered_ms: 1_100,
+        }
+    }
+
+    fn row(nonce: &str, slot: i64, level: &str, state: &str, updated_ms: i64) -> FinalRow {
+        FinalRow {
+            nonce: nonce.into(),
+            slot,
+            level: level.into(),
+            state: state.into(),
+            hold_until_ms: 10_000,
+            updated_ms,
+        }
+    }
+
+    fn kind(t: &Told, r: Option<&FinalRow>, journal: &Journal) -> Result<&'static str, &'static str> {
+        match fate(t, r, &Cancels::of(journal)) {
+            Ok(Fate::Holding) => Ok("holding"),
+            Ok(Fate::Cancelled) => Ok("cancelled"),
+            Ok(Fate::Expired) => Ok("expired"),
+            Err((kind, _)) => Err(kind),
+        }
+    }
+
+    #[test]
+    fn a_201_is_held_to_its_code_level_and_seat_unless_the_run_released_it() {
+        let none = Journal::default();
+        let t = told("A1");
+        assert_eq!(kind(&t, Some(&row("n1", 7, "A1", "paid", 5_000)), &none), Ok("holding"));
+        // Another seat, or the same seat number in another level: a violation.
+        assert!(kind(&t, Some(&row("n1", 8, "A1", "held", 5_000)), &none).is_err());
+        assert!(kind(&t, Some(&row("n1", 7, "B1", "held", 5_000)), &none).is_err());
+        assert!(kind(&t, None, &none).is_err());
+        // Released: by the hold running out, or a cancel sent first; never before either.
+        assert_eq!(kind(&t, Some(&row("n1", 7, "A1", "released", 10_000)), &none), Ok("expired"));
+        assert!(kind(&t, Some(&row("n1", 7, "A1", "released", 9_999)), &none).is_err());
+        assert!(kind(&t, Some(&row("n2", 3, "A1", "held", 9_999)), &none).is_err());
+        let cancel = OperatorAnswer {
+            code: "c0de".into(),
+            nonce: "n1".into(),
+            call: OperatorCall::Cancel,
+            sent_ms: 4_000,
+            answered_ms: 4_100,
+            status: 200,
+            what: "released".into(),
+        };
+        let cancelled = Journal { operator: vec![cancel], ..Journal::default() };
+        assert_eq!(kind(&t, Some(&row("n1", 7, "A1", "released", 4_050)), &cancelled), Ok("cancelled"));
+        // A 201 for another level than asked, or naming no level, is a violation by itself.
+        assert!(kind(&told("B1"), Some(&row("n1", 7, "B1", "held", 5_000)), &none).is_err());
+        assert!(kind(&told(""), Some(&row("n1", 7, "A1", "held", 5_000)), &none).is_err());
+    }
+}
