@@ -313,7 +313,7 @@ pub async fn run_until_shutdown(app: AppState, listener: tokio::net::TcpListener
     serve_until(app, listener, stop, Reaper::Run).await
 }
 
-/// Whether a server runs the reaper and the hold expiry beside it (tests that drive the passes by
+/// Whether a server runs the reaper, the hold expiry and the heal loop beside it (tests that drive the passes by
 /// hand leave it off).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reaper {
@@ -333,11 +333,16 @@ pub async fn serve_until(
     let reaper = (reaper == Reaper::Run).then(|| {
         let sale = app.sale.clone();
         let stop = stop.clone();
-        tokio::spawn(async move { sale.run_reaper(stop.cancelled_owned()).await })
+        let healer = {
+            let (sale, stop) = (sale.clone(), stop.clone());
+            tokio::spawn(async move { crate::ops::heal::run(sale, stop.cancelled_owned()).await })
+        };
+        (tokio::spawn(async move { sale.run_reaper(stop.cancelled_owned()).await }), healer)
     });
     http::serve(listener, app, stop.cancelled_owned()).await?;
-    if let Some(reaper) = reaper {
+    if let Some((reaper, healer)) = reaper {
         reaper.await?;
+        healer.await?;
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ pub mod allowlist_file;
 pub mod apply;
 pub mod code_strength;
 mod commands;
+pub mod heal;
 pub mod loader;
 pub mod reconcile;
 pub mod settings;

@@ -42,6 +42,7 @@ pub struct Scripts {
     pub undo: Script,
     pub release: Script,
     pub persisted: Script,
+    pub heal: Script,
 }
 
 const ADMIT_SOURCE: &str = include_str!("../../lua/admit.lua");
@@ -70,6 +71,7 @@ impl Scripts {
             undo: Script::new(include_str!("../../lua/undo.lua")),
             release: Script::new(include_str!("../../lua/release.lua")),
             persisted: Script::new(include_str!("../../lua/persisted.lua")),
+            heal: Script::new(include_str!("../../lua/heal.lua")),
         }
     }
 
@@ -80,8 +82,8 @@ impl Scripts {
         Self { admit: Script::new(admit), ..Self::new() }
     }
 
-    pub fn all(&self) -> [&Script; 4] {
-        [&self.admit, &self.undo, &self.release, &self.persisted]
+    pub fn all(&self) -> [&Script; 5] {
+        [&self.admit, &self.undo, &self.release, &self.persisted, &self.heal]
     }
 
     /// One admit attempt in its own call.

@@ -180,13 +180,18 @@ impl Sale {
                 self.settle_or_leave(view, &admission, false).await;
                 return Err(Refusal::Retry("admission expired before it was saved"));
             }
-            HoldOutcome::CodeHasSeat(seat) => (Refusal::AlreadyAdmitted(Some(seat)), false),
+            HoldOutcome::CodeHasSeat(seat) => {
+                // Redis admitted a code the database says holds a seat: Redis lost its record.
+                self.heal_wanted.want(&view.id);
+                (Refusal::AlreadyAdmitted(Some(seat)), false)
+            }
             HoldOutcome::LevelFull => (Refusal::LevelFull, false),
             HoldOutcome::SoldOut => (Refusal::SoldOut, false),
             HoldOutcome::SeatTaken => {
-                tracing::warn!(event = %view.id, slot = admission.slot, "database holds this seat already; Redis drifted, run reconcile");
+                tracing::warn!(event = %view.id, slot = admission.slot, "database holds this seat already: Redis lost its holder; healing");
                 // Handing that seat out again would only meet the same refusal: it stays out of
-                // the pool until reconcile restores the record Redis lost.
+                // the pool, and the heal gives its holder's record back.
+                self.heal_wanted.want(&view.id);
                 (Refusal::Retry("seat pool out of step with the database"), true)
             }
         };

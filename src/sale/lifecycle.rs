@@ -97,7 +97,7 @@ impl Sale {
     /// The guarded release script for rows the database has released, then one `WAIT` on the
     /// same connection; the rows are marked synced only once a replica has acknowledged.
     /// Returns how many were marked.
-    async fn release_in_redis(&self, rows: &[(EventId, BookingRow)]) -> usize {
+    pub(super) async fn release_in_redis(&self, rows: &[(EventId, BookingRow)]) -> usize {
         if rows.is_empty() {
             return 0;
         }

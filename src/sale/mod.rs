@@ -9,6 +9,7 @@ pub mod answer;
 pub mod booking;
 pub mod catalog;
 pub mod committer;
+pub mod heal;
 pub mod latency;
 pub mod lifecycle;
 pub mod persister;
@@ -110,6 +111,8 @@ pub struct Sale {
     /// The connection releases run on, each followed by a `WAIT` that must cover it; kept apart
     /// so a release's `WAIT` never blocks the shared connection.
     release_conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    /// Events with evidence that Redis lost data, for the heal loop.
+    pub heal_wanted: heal::HealWanted,
 }
 
 impl Sale {
@@ -149,6 +152,7 @@ impl Sale {
             crash,
             settings,
             release_conn: tokio::sync::Mutex::new(None),
+            heal_wanted: heal::HealWanted::default(),
         }
     }
 

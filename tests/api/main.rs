@@ -9,6 +9,7 @@ mod crash;
 mod edge;
 mod faults;
 mod gates;
+mod heal;
 mod helpers;
 mod holes;
 mod layout;

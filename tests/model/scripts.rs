@@ -132,6 +132,7 @@ impl Redis {
     /// admit.lua: the same nonce gets its original admission back (rewritten, so a later WAIT
     /// covers it), another nonce -1, then the level cap -3, then a free seat -2, then admit.
     /// `retry_only`: anything but the first answer is -4.
+    #[allow(clippy::too_many_arguments)] // admit.lua's arguments, one each, as the script takes them
     pub fn admit(
         &mut self,
         caps: &[u8],

@@ -1,0 +1,40 @@
+#!lua flags=allow-oom
+-- heal: give Redis back the bookings the database holds and Redis lost (a promoted replica that
+-- missed acknowledged writes, a primary restarted from an old snapshot). Runs under the event's
+-- operator lock, so no `open` switch or repair runs meanwhile. allow-oom: a Redis that lost data
+-- may also be full, and the heal must still run.
+--
+-- KEYS[1] {ev:ID}:adm      hash  code hash -> "nonce admission-id slot level admitted-ms"
+-- KEYS[2] {ev:ID}:taken    hash  level -> seats held
+-- KEYS[3] {ev:ID}:free     zset  free seat numbers
+-- KEYS[4] {ev:ID}:lock     string  operator lock owner
+-- ARGV[1] lock owner of this run
+-- ARGV    then groups of four, one per database holder Redis has no record for when the heal
+--         read it: code hash; its record; level; seat
+--
+-- Each group is applied only if the code still has no record: a code admitted afresh since the
+-- heal read Redis is in flight, and the arbiter settles it first (the next heal brings the holder
+-- back). An applied group writes the record, counts the seat in its level and takes the seat
+-- out of the pool. Seats Redis counts with nobody holding them are not this script's: their
+-- records go through release.lua, guarded by nonce and admission id.
+-- Returns -1 when the lock is not this run's (nothing written); else one 0/1 per group.
+
+if redis.call('GET', KEYS[4]) ~= ARGV[1] then
+  return -1
+end
+local n = (#ARGV - 1) / 4
+if n ~= math.floor(n) or n > 1000 then
+  return redis.error_reply('ERR heal takes the owner and up to 1000 groups of four arguments')
+end
+local applied = {}
+for i = 0, n - 1 do
+  local code, record, level, seat = ARGV[2 + i * 4], ARGV[3 + i * 4], ARGV[4 + i * 4], ARGV[5 + i * 4]
+  if redis.call('HSETNX', KEYS[1], code, record) == 1 then
+    redis.call('HINCRBY', KEYS[2], level, 1)
+    redis.call('ZREM', KEYS[3], seat)
+    applied[#applied + 1] = 1
+  else
+    applied[#applied + 1] = 0
+  end
+end
+return applied

@@ -1,0 +1,112 @@
+//! The heal loop beside every `serve` (docs/design.md#the-heal): notices that Redis lost data and
+//! heals the affected events from the database while the crowd books.
+//!
+//! Evidence, any of which starts a heal:
+//! - the primary's replication id changed (Sentinel promoted a replica, or a primary restarted):
+//!   every open event;
+//! - a database refusal on the request path that shows Redis handed out a seat or a code the
+//!   database holds (`SeatTaken`, a code that already holds a seat): that event;
+//! - a sweep every [`SWEEP_INTERVAL`] over every open event, for whatever else (a held row with
+//!   no record): a heal of a healthy event only reads.
+//!
+//! An event Redis lost whole (no state in its meta) is rebuilt by `open`'s own path. One heal of
+//! an event at a time across every `serve`: each takes the event's operator lock, and a `serve`
+//! that finds it held leaves the event to the holder.
+
+use crate::domain::event::EventId;
+use crate::ops::loader;
+use crate::sale::heal::Healed;
+use crate::sale::stats::Stats;
+use crate::sale::Sale;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the primary's replication id is read.
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How often every open event is healed whatever the evidence.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(15);
+
+/// Runs until `shutdown` resolves.
+pub async fn run(sale: Arc<Sale>, shutdown: impl std::future::Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    let mut tick = tokio::time::interval(CHECK_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut replid: Option<String> = None;
+    let mut swept = Instant::now();
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = tick.tick() => {}
+            _ = sale.heal_wanted.wanted() => {}
+        }
+        let mut events = sale.heal_wanted.take();
+        let mut all = swept.elapsed() >= SWEEP_INTERVAL;
+        match replication_id(&sale).await {
+            Ok(now) => {
+                if replid.as_ref().is_some_and(|before| *before != now) {
+                    tracing::warn!(before = ?replid, now = %now,
+                        "the Redis primary's replication id changed (a failover or a restart): healing every open event");
+                    Stats::bump(&sale.stats.replication_id_changes);
+                    all = true;
+                }
+                replid = Some(now);
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot read the primary's replication id"),
+        }
+        if all {
+            swept = Instant::now();
+            match sale.store.events_in_state("open").await {
+                Ok(open) => events.extend(open),
+                Err(e) => tracing::warn!(error = %e, "cannot list the open events to heal"),
+            }
+        }
+        heal_all(&sale, events).await;
+    }
+}
+
+/// Heals each event, rebuilding one Redis lost whole; what failed is wanted again.
+pub async fn heal_all(sale: &Sale, events: BTreeSet<EventId>) {
+    for event in events {
+        match sale.heal_event(&event).await {
+            Ok(Healed::Done(_)) | Ok(Healed::Busy) => {}
+            Ok(Healed::NotLoaded) => rebuild(sale, &event).await,
+            Err(e) => {
+                tracing::warn!(%event, error = %e, "heal failed; the next check retries");
+                sale.heal_wanted.want(&event);
+            }
+        }
+    }
+}
+
+/// Redis lost the event whole: `open`'s rebuild, if the database says the sale is open.
+async fn rebuild(sale: &Sale, event: &EventId) {
+    match sale.store.event(event).await {
+        Ok(stored) if stored.state == "open" => {}
+        Ok(_) => return,
+        Err(e) => return tracing::warn!(%event, error = %e, "cannot read the event to rebuild it"),
+    }
+    let mut conn = match sale.link.check().await {
+        Ok(conn) => conn,
+        Err(e) => return tracing::warn!(%event, error = %e, "cannot reach Redis to rebuild the event"),
+    };
+    match loader::open_event(&mut conn, &sale.store, event).await {
+        Ok(report) => {
+            Stats::bump(&sale.stats.heal_rebuilt);
+            tracing::warn!(%event, free_seats = report.free_seats,
+                "Redis had lost the event whole: rebuilt from the database");
+        }
+        // Another serve (or an operator) is rebuilding it: the lock says so.
+        Err(e) => tracing::info!(%event, error = %e, "event not rebuilt by this serve"),
+    }
+}
+
+/// The primary's `master_replid`, from `INFO replication`.
+async fn replication_id(sale: &Sale) -> anyhow::Result<String> {
+    let mut conn = sale.link.shared().await?;
+    let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_replid:"))
+        .map(|id| id.trim().to_owned())
+        .ok_or_else(|| anyhow::anyhow!("INFO replication has no master_replid"))
+}

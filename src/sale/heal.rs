@@ -1,0 +1,231 @@
+//! The heal: Redis brought back to the database's state while the sale runs, with no operator
+//! (docs/design.md#the-heal). The database is the truth; Redis is its fast copy and can lose what
+//! it acknowledged (`WAIT 1` proves one replica has a write, not that the replica Sentinel
+//! promotes has it). A heal of one event, under the event's operator lock:
+//!
+//! 1. reads Redis's records and pending entries, then the database's holders, in that order: a
+//!    record that was already marked persisted when Redis was read is in the database read after
+//!    it, so a record the database does not hold is one the database released;
+//! 2. frees each such record through release.lua (guarded by nonce and admission id, so it
+//!    frees nothing else), and gives back, through heal.lua, each holder whose code has no record
+//!    (record, count and seat; a code admitted afresh meanwhile is in flight and left to the
+//!    arbiter, the next heal brings its holder back);
+//! 3. waits for a replica, then reads the restored holders again and releases any the database
+//!    released meanwhile (its own release may have found nothing before the heal wrote);
+//! 4. puts back a `close` that Redis lost.
+//!
+//! Admissions still pending are never touched: the arbiter settles them as always.
+
+use crate::domain::admission::Admission;
+use crate::domain::event::EventId;
+use crate::redis_io::keys::EventKeys;
+use crate::redis_io::oplock::{LockError, OperatorLock};
+use crate::redis_io::snapshot::RedisSide;
+use crate::sale::stats::Stats;
+use crate::sale::Sale;
+use crate::store::BookingRow;
+use anyhow::Context;
+use redis::aio::MultiplexedConnection;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Groups per heal.lua call, so one call stays short on the primary.
+const HEAL_CHUNK: usize = 500;
+
+/// What one heal did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HealReport {
+    /// Held or paid bookings whose record, count and seat Redis had lost.
+    pub restored: usize,
+    /// Records Redis counted that the database had released.
+    pub freed: usize,
+    /// Holders left for the next heal: their code's record is another admission still in flight.
+    pub in_flight: usize,
+    /// A `close` Redis had lost, put back.
+    pub closed: bool,
+}
+
+impl HealReport {
+    pub fn changed(&self) -> bool {
+        self.restored > 0 || self.freed > 0 || self.closed
+    }
+}
+
+/// How a heal of one event ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Healed {
+    Done(HealReport),
+    /// Another command (an operator's, or another `serve`'s heal) holds the event's lock.
+    Busy,
+    /// Redis holds no state for the event: it lost the event whole, and only `open`'s rebuild
+    /// brings it back.
+    NotLoaded,
+}
+
+/// Events a `serve` has seen evidence of lost data for (a database refusal that shows Redis
+/// handed out a seat or a code the database holds), for the heal loop to take.
+#[derive(Default)]
+pub struct HealWanted {
+    events: Mutex<BTreeSet<EventId>>,
+    wake: tokio::sync::Notify,
+}
+
+impl HealWanted {
+    pub fn want(&self, event: &EventId) {
+        let fresh = self.events.lock().expect("heal set").insert(event.clone());
+        if fresh {
+            self.wake.notify_one();
+        }
+    }
+
+    pub fn take(&self) -> BTreeSet<EventId> {
+        std::mem::take(&mut *self.events.lock().expect("heal set"))
+    }
+
+    pub async fn wanted(&self) {
+        self.wake.notified().await
+    }
+}
+
+impl Sale {
+    /// Heals one event (see the module's comment). Idempotent: a heal of a healthy event reads
+    /// and writes nothing else.
+    pub async fn heal_event(&self, id: &EventId) -> anyhow::Result<Healed> {
+        let mut conn = self.link.connect(self.settings.ack.timeout + Duration::from_secs(2)).await?;
+        let lock = match OperatorLock::acquire(&conn, id, "heal").await {
+            Ok(lock) => lock,
+            Err(LockError::Held { .. }) => return Ok(Healed::Busy),
+            Err(e) => return Err(e.into()),
+        };
+        let healed = self.heal_locked(&mut conn, id, &lock).await;
+        if let Err(e) = lock.release().await {
+            tracing::warn!(event = %id, error = %e, "cannot free the heal's operator lock; it expires by itself");
+        }
+        let healed = healed?;
+        if let Healed::Done(report) = &healed {
+            Stats::bump(&self.stats.heals);
+            self.stats.heal_restored.fetch_add(report.restored as u64, std::sync::atomic::Ordering::Relaxed);
+            self.stats.heal_freed.fetch_add(report.freed as u64, std::sync::atomic::Ordering::Relaxed);
+            if report.changed() {
+                tracing::warn!(event = %id, restored = report.restored, freed = report.freed, closed = report.closed,
+                    in_flight = report.in_flight, "healed Redis from the database: it had lost acknowledged writes");
+            }
+        }
+        Ok(healed)
+    }
+
+    async fn heal_locked(
+        &self,
+        conn: &mut MultiplexedConnection,
+        id: &EventId,
+        lock: &OperatorLock,
+    ) -> anyhow::Result<Healed> {
+        let keys = EventKeys::new(id);
+        let state: Option<String> = redis::cmd("HGET").arg(&keys.meta).arg("state").query_async(conn).await?;
+        let Some(state) = state else { return Ok(Healed::NotLoaded) };
+        // Redis first, then the database (see the module's comment).
+        let side = RedisSide::read(conn, &keys).await?;
+        let stored = self.store.event(id).await?;
+        let holders = self.store.seat_holders(id).await?;
+        let pending: HashSet<&str> = side.pending.iter().map(String::as_str).collect();
+        let held: HashMap<&str, &BookingRow> = holders.iter().map(|r| (r.code.as_str(), r)).collect();
+
+        let mut stale = Vec::new();
+        let mut in_flight = HashSet::new();
+        for (code, record) in &side.records {
+            let Some(hash) = crate::domain::code::CodeHash::from_hex(code) else { continue };
+            let Some(adm) = Admission::from_record(hash, record) else { continue };
+            let holder = held.get(code.as_str());
+            if pending.contains(code.as_str()) {
+                if holder.is_some_and(|r| r.admission_id != adm.id) {
+                    in_flight.insert(code.as_str());
+                }
+            } else if holder.is_none_or(|r| r.admission_id != adm.id) {
+                stale.push(released_row(&adm));
+            }
+        }
+        let stale_codes: HashSet<String> = stale.iter().map(|r| r.code.as_str().to_owned()).collect();
+        let missing: Vec<&BookingRow> = holders
+            .iter()
+            .filter(|r| !side.records.contains_key(r.code.as_str()) || stale_codes.contains(r.code.as_str()))
+            .collect();
+        let mut report = HealReport { in_flight: in_flight.len(), ..HealReport::default() };
+
+        if !stale.is_empty() {
+            let rows: Vec<(EventId, BookingRow)> = stale.into_iter().map(|r| (id.clone(), r)).collect();
+            self.release_in_redis(&rows).await;
+            report.freed = rows.len();
+        }
+        let mut restored = Vec::new();
+        for chunk in missing.chunks(HEAL_CHUNK) {
+            let mut args = vec![lock.owner().to_owned()];
+            for r in chunk {
+                args.extend([r.code.as_str().to_owned(), record_of(r), r.level.clone(), r.slot.to_string()]);
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let call = self.scripts.heal.call(&[&keys.adm, &keys.taken, &keys.free, &keys.lock], &args);
+            let reply = crate::redis_io::scripts::run(conn, &self.scripts.heal, &call).await?;
+            let applied: Vec<i64> = match reply {
+                redis::Value::Int(-1) => anyhow::bail!("the heal lost the operator lock of {id}"),
+                value => redis::from_redis_value(value).context("heal.lua reply")?,
+            };
+            restored.extend(chunk.iter().zip(applied).filter(|(_, a)| *a == 1).map(|(r, _)| *r));
+        }
+        report.restored = restored.len();
+        if !restored.is_empty() {
+            self.heal_wait(conn).await;
+            // A release that committed after the read above ran its script before heal.lua
+            // wrote, and found nothing: release again what the database no longer holds.
+            let mut gone = Vec::new();
+            for r in &restored {
+                let now = self.store.booking(id, &r.code).await?;
+                if !now.is_some_and(|n| n.admission_id == r.admission_id && n.holds_seat()) {
+                    gone.push((id.clone(), BookingRow { state: "released".into(), ..(*r).clone() }));
+                }
+            }
+            if !gone.is_empty() {
+                self.release_in_redis(&gone).await;
+            }
+        }
+        if stored.state == "closed" && state != "closed" {
+            let script = redis::Script::new(include_str!("../../lua/close.lua"));
+            let closed: i64 = script.key(&keys.meta).key(&keys.lock).arg(lock.owner()).invoke_async(conn).await?;
+            report.closed = closed == 1;
+        }
+        Ok(Healed::Done(report))
+    }
+
+    /// The heal's writes reach a replica before it reads the database again; short, the next
+    /// heal finds whatever a failover lost of them.
+    async fn heal_wait(&self, conn: &mut MultiplexedConnection) {
+        let ack = self.settings.ack;
+        if ack.replicas == 0 {
+            return;
+        }
+        let acked: redis::RedisResult<i64> =
+            redis::cmd("WAIT").arg(ack.replicas).arg(ack.timeout.as_millis() as u64).query_async(conn).await;
+        if !acked.is_ok_and(|n| n >= i64::from(ack.replicas)) {
+            tracing::warn!("the heal's writes are not yet acknowledged by a replica; the next heal checks again");
+        }
+    }
+}
+
+/// The admission record of a database row, in the format admit.lua writes.
+fn record_of(r: &BookingRow) -> String {
+    format!("{} {} {} {} {}", r.nonce, r.admission_id, r.slot, r.level, r.admitted_ms)
+}
+
+/// A record the database released, as the release path takes it.
+fn released_row(adm: &Admission) -> BookingRow {
+    BookingRow {
+        code: adm.code.clone(),
+        nonce: adm.nonce.as_str().to_owned(),
+        admission_id: adm.id.clone(),
+        slot: adm.slot,
+        level: adm.level.clone(),
+        state: "released".into(),
+        admitted_ms: adm.admitted_ms,
+        hold_until_ms: 0,
+    }
+}

@@ -1,0 +1,175 @@
+//! The heal (issue 29): Redis loses what it acknowledged (a promoted replica that missed writes, a
+//! primary restarted empty) and every `serve` brings it back to the database while the sale runs.
+//! The losses are written into Redis as a promoted replica would hold them.
+
+use crate::helpers::{nonce, spawn_app, AppOptions, Backend, TestApp, OPERATOR_TOKEN};
+use seatrush::domain::nonce::Nonce;
+use seatrush::ops::{loader, reconcile};
+use seatrush::sale::committer::{AdmitCall, Committed};
+use seatrush::sale::heal::{HealReport, Healed};
+use seatrush::store::BookingRow;
+use std::time::{Duration, Instant};
+
+async fn row(app: &TestApp, code: &str) -> BookingRow {
+    app.store.booking(&app.event, &app.hash(code)).await.unwrap().unwrap()
+}
+
+fn record(r: &BookingRow) -> String {
+    format!("{} {} {} {} {}", r.nonce, r.admission_id, r.slot, r.level, r.admitted_ms)
+}
+
+/// Redis without this booking's admission: no record, not counted, its seat free.
+fn lose_admission(app: &TestApp, r: &BookingRow) {
+    app.redis::<()>(redis::cmd("HDEL").arg(&app.keys.adm).arg(r.code.as_str()));
+    app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg(&r.level).arg(-1));
+    app.redis::<()>(redis::cmd("ZADD").arg(&app.keys.free).arg(r.slot).arg(r.slot));
+}
+
+/// Redis without this booking's release: its record, count and seat are back.
+fn lose_release(app: &TestApp, r: &BookingRow) {
+    app.redis::<()>(redis::cmd("HSET").arg(&app.keys.adm).arg(r.code.as_str()).arg(record(r)));
+    app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg(&r.level).arg(1));
+    app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.free).arg(r.slot));
+}
+
+async fn drift(app: &TestApp) -> Vec<String> {
+    reconcile::reconcile(&app.sale.link, &app.store, &app.event, false).await.unwrap()
+}
+
+/// The issue's figure, as a promoted replica leaves it: 20 bookings and 5 cancels acknowledged,
+/// then lost. One heal gives back the 15 held seats and frees the 5 cancelled ones; no drift
+/// is left, and the event sells every seat.
+async fn lost_bookings_and_cancels_are_healed(backend: Backend) {
+    let app =
+        spawn_app(AppOptions { backend, seats: 30, levels: vec![("A1", 30)], codes: 40, ..Default::default() }).await;
+    for i in 1..=20 {
+        assert_eq!(app.book(&format!("CODE-{i:05}"), "A1", &nonce("b")).await.status, 201);
+    }
+    for i in 16..=20 {
+        assert_eq!(app.operator(&format!("CODE-{i:05}"), "cancel", Some(OPERATOR_TOKEN)).await.status, 200);
+    }
+    for i in 1..=15 {
+        lose_admission(&app, &row(&app, &format!("CODE-{i:05}")).await);
+    }
+    for i in 16..=20 {
+        lose_release(&app, &row(&app, &format!("CODE-{i:05}")).await);
+    }
+    assert!(!drift(&app).await.is_empty(), "the loss shows as drift");
+    let healed = app.sale.heal_event(&app.event).await.unwrap();
+    assert_eq!(healed, Healed::Done(HealReport { restored: 15, freed: 5, in_flight: 0, closed: false }));
+    assert!(drift(&app).await.is_empty(), "{:?}", drift(&app).await);
+    app.assert_invariants().await;
+    // Idempotent: a second heal finds nothing.
+    assert_eq!(app.sale.heal_event(&app.event).await.unwrap(), Healed::Done(HealReport::default()));
+    // Every seat sells: 15 held, 15 more for new codes, then the level (all 30 seats) is full.
+    for i in 21..=35 {
+        assert_eq!(app.book(&format!("CODE-{i:05}"), "A1", &nonce("c")).await.status, 201, "CODE-{i:05}");
+    }
+    assert_eq!(app.book("CODE-00036", "A1", &nonce("c")).await.status_str(), "level_full");
+    app.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn lost_bookings_and_cancels_are_healed_sqlite() {
+    lost_bookings_and_cancels_are_healed(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn lost_bookings_and_cancels_are_healed_postgres() {
+    lost_bookings_and_cancels_are_healed(Backend::Postgres).await;
+}
+
+/// No operator: the database refusing a seat Redis handed out again (`SeatTaken`) is evidence,
+/// and the `serve`'s heal loop gives the holder back its record within seconds. The seat is never
+/// put back in the pool meanwhile.
+#[tokio::test]
+async fn a_seat_the_database_holds_starts_a_heal_by_itself() {
+    let app = spawn_app(AppOptions { background_reaper: true, ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("w")).await.status, 201);
+    let w = row(&app, "CODE-00001").await;
+    lose_admission(&app, &w);
+    // The lowest free seat is W's: the next booking gets it in Redis, the database refuses it.
+    assert_eq!(app.book("CODE-00002", "A1", &nonce("x")).await.status_str(), "retry");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let held: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(w.code.as_str()));
+        if held.as_deref() == Some(record(&w).as_str()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the heal did not give W its record back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let free: Option<f64> = app.redis(redis::cmd("ZSCORE").arg(&app.keys.free).arg(w.slot));
+    assert!(free.is_none(), "W's seat is not in the pool");
+    assert_eq!(app.book("CODE-00002", "A1", &nonce("again")).await.status, 201);
+    app.sale.drain(&app.event, Duration::from_secs(5)).await.unwrap();
+    app.assert_invariants().await;
+    let metrics = app.client.get(format!("{}/metrics", app.url)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("heal_restored_bookings_total 1"), "{metrics}");
+}
+
+/// Redis lost the holder's record and the code was admitted again (in flight): the heal leaves
+/// that admission to the arbiter, and the next heal, after it settled, gives the holder back.
+#[tokio::test]
+async fn an_admission_in_flight_is_left_to_the_arbiter() {
+    let app = spawn_app(AppOptions::default()).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("w")).await.status, 201);
+    let w = row(&app, "CODE-00001").await;
+    lose_admission(&app, &w);
+    let call = AdmitCall {
+        keys: std::sync::Arc::new(app.keys.clone()),
+        code: w.code.clone(),
+        nonce: Nonce::parse(&nonce("x")).unwrap(),
+        level: "A1".into(),
+        admission_id: uuid::Uuid::new_v4().simple().to_string(),
+        retry_only: false,
+    };
+    let Ok(Committed::Acked(x)) = app.sale.committer.admit(call).await else { panic!("admitted") };
+    let Healed::Done(report) = app.sale.heal_event(&app.event).await.unwrap() else { panic!("healed") };
+    assert_eq!((report.restored, report.in_flight), (0, 1));
+    let held: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(w.code.as_str()));
+    assert!(held.is_some_and(|r| r.contains(&x.id)), "the admission in flight keeps its record");
+    app.sale.settle(&app.event, &app.keys, &x, false).await.unwrap();
+    let Healed::Done(report) = app.sale.heal_event(&app.event).await.unwrap() else { panic!("healed") };
+    assert_eq!(report.restored, 1);
+    app.assert_invariants().await;
+}
+
+/// A `close` Redis lost (the promoted replica never had it) is put back by the heal.
+#[tokio::test]
+async fn a_lost_close_is_put_back() {
+    let app = spawn_app(AppOptions::default()).await;
+    let mut conn = app.sale.link.check().await.unwrap();
+    loader::close_event(&mut conn, &app.store, &app.event).await.unwrap();
+    app.redis::<()>(redis::cmd("HSET").arg(&app.keys.meta).arg("state").arg("open"));
+    let Healed::Done(report) = app.sale.heal_event(&app.event).await.unwrap() else { panic!("healed") };
+    assert!(report.closed);
+    let state: String = app.redis(redis::cmd("HGET").arg(&app.keys.meta).arg("state"));
+    assert_eq!(state, "closed");
+}
+
+/// Redis lost everything (a primary without persistence restarted empty): the heal rebuilds the
+/// event from the database, every held seat with its record.
+async fn a_wiped_redis_is_rebuilt(backend: Backend) {
+    let app = spawn_app(AppOptions { backend, ..Default::default() }).await;
+    for i in 1..=3 {
+        assert_eq!(app.book(&format!("CODE-{i:05}"), "A1", &nonce("b")).await.status, 201);
+    }
+    app.redis::<()>(&redis::cmd("FLUSHALL"));
+    assert_eq!(app.sale.heal_event(&app.event).await.unwrap(), Healed::NotLoaded);
+    seatrush::ops::heal::heal_all(&app.sale, [app.event.clone()].into()).await;
+    tokio::time::sleep(seatrush::sale::catalog::CATALOG_TTL * 2).await;
+    app.assert_invariants().await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("b2")).await.status_str(), "already_admitted");
+    assert_eq!(app.book("CODE-00004", "A1", &nonce("b")).await.status, 201);
+}
+
+#[tokio::test]
+async fn a_wiped_redis_is_rebuilt_sqlite() {
+    a_wiped_redis_is_rebuilt(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_wiped_redis_is_rebuilt_postgres() {
+    a_wiped_redis_is_rebuilt(Backend::Postgres).await;
+}
