@@ -120,6 +120,9 @@ pub struct Report {
     pub racks: Vec<topology::RackFailover>,
     /// What became of every `201` told: still holding that seat, or released by the run.
     pub told_201: invariants::AdmittedFates,
+    /// The serves' heal counters at the end (`/metrics`, summed over the serves now running: a
+    /// killed serve's counts went with it, so a lower bound).
+    pub heals: BTreeMap<String, u64>,
     pub violations: Vec<String>,
     pub seconds: f64,
 }
@@ -232,6 +235,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     let db_states = topo.store.state_counts(&event).await?;
     let told_201 = invariants::admitted_fates(&topo.store, &event, &journal).await?;
     let racks = topo.racks.lock().expect("racks lock").clone();
+    let heals = heal_counters(&topo.fleet.urls()).await;
     let replies_lost = topo.dial.dropped.load(std::sync::atomic::Ordering::Relaxed);
     let topo = Arc::try_unwrap(topo).map_err(|_| anyhow::anyhow!("topology still shared at the end of the run"))?;
     let fleet = topo.shutdown().await;
@@ -264,9 +268,36 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         redis_taken,
         racks,
         told_201,
+        heals,
         violations,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The heal counters of `/metrics`, summed over `serves` (those that answer).
+async fn heal_counters(serves: &[String]) -> BTreeMap<String, u64> {
+    const COUNTERS: [&str; 5] = [
+        "redis_replication_id_changes_total",
+        "heals_total",
+        "heal_restored_bookings_total",
+        "heal_freed_records_total",
+        "heal_rebuilt_events_total",
+    ];
+    let mut sums = BTreeMap::new();
+    let Ok(client) = reqwest::Client::builder().timeout(CLIENT_TIMEOUT).build() else { return sums };
+    for url in serves {
+        let Ok(response) = client.get(format!("{url}/metrics")).send().await else { continue };
+        let Ok(text) = response.text().await else { continue };
+        for line in text.lines() {
+            let Some((name, value)) = line.strip_prefix("seatrush_").and_then(|l| l.split_once(' ')) else {
+                continue;
+            };
+            if let (true, Ok(v)) = (COUNTERS.contains(&name), value.trim().parse::<u64>()) {
+                *sums.entry(name.to_owned()).or_insert(0) += v;
+            }
+        }
+    }
+    sums
 }
 
 /// A candidate's outcome, when its first request went out and when its final answer arrived.
@@ -410,6 +441,7 @@ impl Report {
             "  told 201: {}; holding that seat at the end {}; released by the run: {} cancelled, {} ran out",
             f.told, f.holding, f.cancelled, f.expired
         );
+        println!("  heal counters of the serves at the end: {:?}", self.heals);
         println!("  violations: {}", self.violations.len());
         for v in &self.violations {
             println!("    - {v}");
