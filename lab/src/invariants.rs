@@ -109,6 +109,10 @@ pub struct Told {
     pub what: String,
     /// For a 201: the seat told.
     pub slot: i64,
+    /// The level the candidate asked for.
+    pub asked_level: String,
+    /// For a 201: the level of the seat told (empty when the answer named none).
+    pub level: String,
     /// For a 201: the end of the hold told. RFC 3339 in whole seconds, so never later than the
     /// row's own `hold_until`.
     pub hold_until_ms: i64,
@@ -169,6 +173,7 @@ pub struct Journal {
 struct FinalRow {
     nonce: String,
     slot: i64,
+    level: String,
     state: String,
     hold_until_ms: i64,
     updated_ms: i64,
@@ -181,14 +186,15 @@ impl FinalRow {
 }
 
 async fn final_rows(store: &Store, event: &EventId) -> anyhow::Result<HashMap<String, FinalRow>> {
-    type Tuple = (String, String, i64, String, i64, i64);
-    let sql = "SELECT code_hash, nonce, slot, state, hold_until_ms, updated_ms FROM bookings WHERE event_id = $1";
+    type Tuple = (String, String, i64, String, String, i64, i64);
+    let sql =
+        "SELECT code_hash, nonce, slot, level, state, hold_until_ms, updated_ms FROM bookings WHERE event_id = $1";
     let rows: Vec<Tuple> =
         seatrush::store::on_pool!(store, pool => sqlx::query_as(sql).bind(event.as_str()).fetch_all(pool).await?);
     Ok(rows
         .into_iter()
-        .map(|(code, nonce, slot, state, hold_until_ms, updated_ms)| {
-            (code, FinalRow { nonce, slot, state, hold_until_ms, updated_ms })
+        .map(|(code, nonce, slot, level, state, hold_until_ms, updated_ms)| {
+            (code, FinalRow { nonce, slot, level, state, hold_until_ms, updated_ms })
         })
         .collect())
 }
@@ -227,53 +233,20 @@ impl Tally {
 ///   booking not paid; nothing is paid after its hold ran out.
 pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) -> anyhow::Result<Vec<String>> {
     let rows = final_rows(store, event).await?;
-    let mut cancels: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
-    for c in journal.operator.iter().filter(|c| c.call == OperatorCall::Cancel) {
-        cancels.entry(c.code.as_str()).or_default().push((c.sent_ms, c.answered_ms));
-    }
-    // The cancels that may have ended `t`'s hold: still under way after `t` was first asked for
-    // (a cancel answered before that cannot touch a row written later).
-    let cancels_of = |t: &Told| -> Vec<i64> {
-        cancels
-            .get(t.code.as_str())
-            .into_iter()
-            .flatten()
-            .filter(|(_, answered)| *answered >= t.asked_ms)
-            .map(|(sent, _)| *sent)
-            .collect()
-    };
-    let cancel_sent_by = |t: &Told, at: i64| cancels_of(t).iter().any(|sent| *sent <= at);
-    let first_cancel = |t: &Told| cancels_of(t).into_iter().min().unwrap_or(i64::MAX);
+    let cancels = Cancels::of(journal);
     let mut v = Tally::default();
 
     let admitted: Vec<&Told> = journal.told.iter().filter(|t| t.status == 201).collect();
     for t in &admitted {
-        let (code, slot, until) = (short(&t.code), t.slot, t.hold_until_ms);
-        match rows.get(&t.code) {
-            None => v.add("a candidate told 201 has no row in the database", format!("{code} told seat {slot}")),
-            Some(r) if r.nonce == t.nonce && r.holds_seat() => {
-                if r.slot != slot {
-                    v.add(
-                        "a candidate holds another seat than the one it was told",
-                        format!("{code} told seat {slot}, holds seat {}", r.slot),
-                    );
-                }
-            }
-            Some(r) if r.updated_ms < until && !cancel_sent_by(t, r.updated_ms) => {
-                let by = if r.nonce == t.nonce { "released" } else { "taken by another attempt of its code" };
-                v.add(
-                    "a candidate told 201 lost its seat before its hold ran out, with no cancel sent",
-                    format!("{code} told seat {slot} held until {until}, row {by} at {}", r.updated_ms),
-                );
-            }
-            Some(_) => {}
+        if let Err((kind, case)) = fate(t, rows.get(&t.code), &cancels) {
+            v.add(kind, case);
         }
     }
 
     // Two clients told one seat while both believed they held it.
     let mut by_slot: HashMap<i64, Vec<(i64, i64, &str)>> = HashMap::new();
     for t in &admitted {
-        let end = t.hold_until_ms.min(first_cancel(t));
+        let end = t.hold_until_ms.min(cancels.first(t));
         by_slot.entry(t.slot).or_default().push((t.answered_ms, end, t.code.as_str()));
     }
     for (slot, claims) in &by_slot {
@@ -318,6 +291,7 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
 
     for c in &journal.operator {
         let row = rows.get(&c.code);
+        let cancels = &cancels.0;
         match c.call {
             OperatorCall::Cancel
                 if c.what == "released" && row.is_some_and(|r| r.nonce == c.nonce && r.state == "paid") =>
@@ -348,6 +322,116 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
     Ok(v.into_lines())
 }
 
+/// The cancels the runner sent, by code: (sent, answered).
+struct Cancels<'a>(HashMap<&'a str, Vec<(i64, i64)>>);
+
+impl<'a> Cancels<'a> {
+    fn of(journal: &'a Journal) -> Self {
+        let mut cancels: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
+        for c in journal.operator.iter().filter(|c| c.call == OperatorCall::Cancel) {
+            cancels.entry(c.code.as_str()).or_default().push((c.sent_ms, c.answered_ms));
+        }
+        Self(cancels)
+    }
+
+    /// When the cancels that may have ended `t`'s hold were sent: those still under way after
+    /// `t` was first asked for (a cancel answered before that cannot touch a row written later).
+    fn of_told(&self, t: &Told) -> Vec<i64> {
+        self.0
+            .get(t.code.as_str())
+            .into_iter()
+            .flatten()
+            .filter(|(_, answered)| *answered >= t.asked_ms)
+            .map(|(sent, _)| *sent)
+            .collect()
+    }
+
+    fn sent_by(&self, t: &Told, at: i64) -> bool {
+        self.of_told(t).iter().any(|sent| *sent <= at)
+    }
+
+    fn first(&self, t: &Told) -> i64 {
+        self.of_told(t).into_iter().min().unwrap_or(i64::MAX)
+    }
+}
+
+/// What became of a candidate told `201`, once the run is quiet.
+enum Fate {
+    /// Its row holds (held or paid) the seat and level it was told, for that attempt.
+    Holding,
+    /// A cancel was sent for its code before the row let the seat go.
+    Cancelled,
+    /// The row let the seat go only once the hold told had run out.
+    Expired,
+}
+
+/// The rule for every candidate told `201` (its code, level and seat): at the end, the
+/// database holds that seat in that level for that attempt of the code, unless the run itself
+/// released it — a cancel sent for the code, or the hold running out — and never earlier.
+fn fate(t: &Told, row: Option<&FinalRow>, cancels: &Cancels) -> Result<Fate, (&'static str, String)> {
+    let (code, slot, until) = (short(&t.code), t.slot, t.hold_until_ms);
+    let told = format!("{code} told seat {slot} in {}", t.level);
+    if slot <= 0 || t.level.is_empty() {
+        return Err(("a 201 named no seat or no level", told));
+    }
+    if t.level != t.asked_level {
+        return Err((
+            "a candidate was told a seat in another level than it asked for",
+            format!("{told}, asked {}", t.asked_level),
+        ));
+    }
+    let Some(r) = row else { return Err(("a candidate told 201 has no row in the database", told)) };
+    if r.nonce == t.nonce && r.holds_seat() {
+        if r.slot != slot || r.level != t.level {
+            return Err((
+                "a candidate holds another seat than the one it was told",
+                format!("{told}, holds seat {} in {}", r.slot, r.level),
+            ));
+        }
+        return Ok(Fate::Holding);
+    }
+    if cancels.sent_by(t, r.updated_ms) {
+        return Ok(Fate::Cancelled);
+    }
+    if r.updated_ms >= until {
+        return Ok(Fate::Expired);
+    }
+    let by = if r.nonce == t.nonce { "released" } else { "taken by another attempt of its code" };
+    Err((
+        "a candidate told 201 lost its seat before its hold ran out, with no cancel sent",
+        format!("{told} held until {until}, row {by} at {}", r.updated_ms),
+    ))
+}
+
+/// Counts of what became of every `201` told (people's, bookings again included).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct AdmittedFates {
+    pub told: usize,
+    /// Still holding the seat told (paid, or held if holds are not waited out).
+    pub holding: usize,
+    pub cancelled: usize,
+    pub expired: usize,
+    /// Not holding it with no release by the run to explain it: counted in `told_violations`.
+    pub violations: usize,
+}
+
+/// [`fate`] of every `201` in the journal, counted.
+pub async fn admitted_fates(store: &Store, event: &EventId, journal: &Journal) -> anyhow::Result<AdmittedFates> {
+    let rows = final_rows(store, event).await?;
+    let cancels = Cancels::of(journal);
+    let mut f = AdmittedFates::default();
+    for t in journal.told.iter().filter(|t| t.status == 201) {
+        f.told += 1;
+        match fate(t, rows.get(&t.code), &cancels) {
+            Ok(Fate::Holding) => f.holding += 1,
+            Ok(Fate::Cancelled) => f.cancelled += 1,
+            Ok(Fate::Expired) => f.expired += 1,
+            Err(_) => f.violations += 1,
+        }
+    }
+    Ok(f)
+}
+
 /// What must hold once every hold has ended and the background passes have run: no hold past
 /// its end, and every release the database made is in Redis too (and acknowledged there).
 pub async fn settled_violations(store: &Store, event: &EventId, now_ms: i64) -> anyhow::Result<Vec<String>> {
@@ -367,4 +451,73 @@ pub async fn settled_violations(store: &Store, event: &EventId, now_ms: i64) -> 
 /// The start of a code hash, enough to find it in a report.
 fn short(code: &str) -> &str {
     &code[..code.len().min(12)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn told(level: &str) -> Told {
+        Told {
+            code: "c0de".into(),
+            nonce: "n1".into(),
+            status: 201,
+            what: "admitted".into(),
+            slot: 7,
+            asked_level: "A1".into(),
+            level: level.into(),
+            hold_until_ms: 10_000,
+            asked_ms: 1_000,
+            answered_ms: 1_100,
+        }
+    }
+
+    fn row(nonce: &str, slot: i64, level: &str, state: &str, updated_ms: i64) -> FinalRow {
+        FinalRow {
+            nonce: nonce.into(),
+            slot,
+            level: level.into(),
+            state: state.into(),
+            hold_until_ms: 10_000,
+            updated_ms,
+        }
+    }
+
+    fn kind(t: &Told, r: Option<&FinalRow>, journal: &Journal) -> Result<&'static str, &'static str> {
+        match fate(t, r, &Cancels::of(journal)) {
+            Ok(Fate::Holding) => Ok("holding"),
+            Ok(Fate::Cancelled) => Ok("cancelled"),
+            Ok(Fate::Expired) => Ok("expired"),
+            Err((kind, _)) => Err(kind),
+        }
+    }
+
+    #[test]
+    fn a_201_is_held_to_its_code_level_and_seat_unless_the_run_released_it() {
+        let none = Journal::default();
+        let t = told("A1");
+        assert_eq!(kind(&t, Some(&row("n1", 7, "A1", "paid", 5_000)), &none), Ok("holding"));
+        // Another seat, or the same seat number in another level: a violation.
+        assert!(kind(&t, Some(&row("n1", 8, "A1", "held", 5_000)), &none).is_err());
+        assert!(kind(&t, Some(&row("n1", 7, "B1", "held", 5_000)), &none).is_err());
+        assert!(kind(&t, None, &none).is_err());
+        // Released: by the hold running out, or a cancel sent first; never before either.
+        assert_eq!(kind(&t, Some(&row("n1", 7, "A1", "released", 10_000)), &none), Ok("expired"));
+        assert!(kind(&t, Some(&row("n1", 7, "A1", "released", 9_999)), &none).is_err());
+        assert!(kind(&t, Some(&row("n2", 3, "A1", "held", 9_999)), &none).is_err());
+        let cancel = OperatorAnswer {
+            code: "c0de".into(),
+            nonce: "n1".into(),
+            call: OperatorCall::Cancel,
+            sent_ms: 4_000,
+            answered_ms: 4_100,
+            status: 200,
+            what: "released".into(),
+        };
+        let cancelled = Journal { operator: vec![cancel], ..Journal::default() };
+        assert_eq!(kind(&t, Some(&row("n1", 7, "A1", "released", 4_050)), &cancelled), Ok("cancelled"));
+        // A 201 for another level than asked, or naming no level, is a violation by itself.
+        assert!(kind(&told("B1"), Some(&row("n1", 7, "B1", "held", 5_000)), &none).is_err());
+        assert!(kind(&told(""), Some(&row("n1", 7, "A1", "held", 5_000)), &none).is_err());
+    }
 }

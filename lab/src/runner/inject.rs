@@ -16,11 +16,11 @@ pub enum FaultKind {
     LostReplies,
     /// A `serve` is SIGKILLed and restarted.
     KillServe,
-    /// The replica is SIGSTOPped for a while, so WAIT times out.
+    /// Every replica is SIGSTOPped for a while, so WAIT times out.
     StallReplica,
     /// The primary is killed; Sentinel promotes the replica; the old node comes back as replica.
     Failover,
-    /// The replica is stalled, then the primary is killed: the promoted replica lacks the
+    /// Every replica is stalled, then the primary is killed: the promoted replica lacks the
     /// primary's last writes, so only acknowledged admissions may have been counted.
     FailoverAfterStall,
     /// The primary's maxmemory drops to one byte for a while (every admit refused: OOM).
@@ -31,17 +31,21 @@ pub enum FaultKind {
     /// waits: writes take seconds (they do not fail), so same-nonce retries overlap writes still
     /// in flight, and the reaper races them.
     DatabaseSlow,
-    /// The replica's link to the primary stops carrying bytes while both processes run; the
+    /// Every replica's link to the primary stops carrying bytes while the processes run; the
     /// primary keeps taking writes no replica gets. The second cut ends with the primary killed,
-    /// so Sentinel promotes the replica that never got them.
+    /// so Sentinel promotes a replica that never got them.
     Partition,
     /// Operator commands while the crowd books, in turn: `open` re-run, `close` then `open`,
     /// `reconcile --repair`; each under the event's operator lock, as an operator would run them.
     Operator,
+    /// One rack dies: replica B's link is cut while replica A acknowledges every write (`WAIT
+    /// 1` holds), then the primary and A are SIGKILLed together and Sentinel promotes B, which
+    /// lacks writes that were acknowledged. The killed nodes come back empty, as replicas of B.
+    Rack,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         Self::LostReplies,
         Self::KillServe,
         Self::StallReplica,
@@ -52,6 +56,7 @@ impl FaultKind {
         Self::DatabaseSlow,
         Self::Partition,
         Self::Operator,
+        Self::Rack,
     ];
 
     /// (first injection after, period, how long each lasts)
@@ -68,6 +73,7 @@ impl FaultKind {
             Self::DatabaseSlow => (ms(1_100), ms(6_000), SLOW_WRITE),
             Self::Partition => (ms(1_300), ms(3_500), ms(1_500)),
             Self::Operator => (ms(800), ms(1_500), ms(0)),
+            Self::Rack => (ms(1_200), ms(60_000), ms(0)),
         }
     }
 }
@@ -82,6 +88,11 @@ pub const SLOW_WRITE: Duration = Duration::from_millis(3_000);
 
 /// How long the link is cut before the partition fault's failover kills the primary.
 pub const CUT_BEFORE_FAILOVER: Duration = Duration::from_millis(1_200);
+
+/// How long B's link carries nothing, with the load going on, before the rack fault kills the
+/// primary and A. Shorter than Sentinel's failover-timeout (4 s), after which Sentinel would
+/// re-point B (which follows the proxy, an address it does not know) straight at the primary.
+pub const RACK_CUT: Duration = Duration::from_millis(2_500);
 
 /// Share of replies lost while the lost-replies fault is on.
 pub const LOSS_PROBABILITY: f64 = 0.25;
@@ -121,7 +132,7 @@ pub async fn run(
         }
         match inject(kind, &topo, round).await {
             Ok(()) => injected.bump(kind),
-            Err(e) => tracing::warn!(?kind, error = %e, "fault not injected"),
+            Err(e) => tracing::warn!(?kind, error = format!("{e:#}"), "fault not injected"),
         }
         if !lasting.is_zero() {
             tokio::select! {
@@ -129,7 +140,7 @@ pub async fn run(
                 _ = tokio::time::sleep(lasting) => {}
             }
             if let Err(e) = heal(kind, &topo).await {
-                tracing::warn!(?kind, error = %e, "fault not healed; the run's end heals again");
+                tracing::warn!(?kind, error = format!("{e:#}"), "fault not healed; the run's end heals again");
             }
         }
         next = period.saturating_sub(lasting);
@@ -141,7 +152,7 @@ async fn inject(kind: FaultKind, topo: &Topology, round: usize) -> anyhow::Resul
     match kind {
         FaultKind::LostReplies => topo.dial.set(LOSS_PROBABILITY),
         FaultKind::KillServe => topo.fleet.kill(round),
-        FaultKind::StallReplica => topo.with_node(false, |r| r.pause())?,
+        FaultKind::StallReplica => topo.pause_replicas()?,
         FaultKind::Failover => topo.failover(BeforeFailover::Nothing).await?,
         FaultKind::FailoverAfterStall => topo.failover(BeforeFailover::Stall(STALL_BEFORE_FAILOVER)).await?,
         FaultKind::Oom => {
@@ -152,6 +163,9 @@ async fn inject(kind: FaultKind, topo: &Topology, round: usize) -> anyhow::Resul
         FaultKind::Partition if round == 1 => topo.failover(BeforeFailover::Partition(CUT_BEFORE_FAILOVER)).await?,
         FaultKind::Partition => topo.partition().await?,
         FaultKind::Operator => operator_command(topo, round).await?,
+        FaultKind::Rack => {
+            topo.rack(RACK_CUT).await?;
+        }
     }
     Ok(())
 }
@@ -198,7 +212,9 @@ pub async fn heal(kind: FaultKind, topo: &Topology) -> anyhow::Result<()> {
         }
         FaultKind::DatabaseDown => topo.db.set_available(true).await?,
         FaultKind::DatabaseSlow => topo.db.fast_again().await,
-        FaultKind::Partition => topo.heal_partition().await?,
+        // The rack fault heals itself (the killed nodes return as replicas of B); its cut, if a
+        // failure left it on, is mended like a partition's.
+        FaultKind::Partition | FaultKind::Rack => topo.heal_partition().await?,
     }
     Ok(())
 }

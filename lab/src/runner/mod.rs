@@ -116,6 +116,13 @@ pub struct Report {
     pub cancelled_by_runner: usize,
     pub db_states: BTreeMap<String, i64>,
     pub redis_taken: i64,
+    /// Each rack fault: which node Sentinel promoted, and how far behind it was.
+    pub racks: Vec<topology::RackFailover>,
+    /// What became of every `201` told: still holding that seat, or released by the run.
+    pub told_201: invariants::AdmittedFates,
+    /// The serves' heal counters at the end (`/metrics`, summed over the serves now running: a
+    /// killed serve's counts went with it, so a lower bound).
+    pub heals: BTreeMap<String, u64>,
     pub violations: Vec<String>,
     pub seconds: f64,
 }
@@ -227,6 +234,9 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         .iter()
         .sum();
     let db_states = topo.store.state_counts(&event).await?;
+    let told_201 = invariants::admitted_fates(&topo.store, &event, &journal).await?;
+    let racks = topo.racks.lock().expect("racks lock").clone();
+    let heals = heal_counters(&topo.fleet.urls()).await;
     let replies_lost = topo.dial.dropped.load(std::sync::atomic::Ordering::Relaxed);
     let topo = Arc::try_unwrap(topo).map_err(|_| anyhow::anyhow!("topology still shared at the end of the run"))?;
     let fleet = topo.shutdown().await;
@@ -257,9 +267,38 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         cancelled_by_runner: answered(OperatorCall::Cancel, "released"),
         db_states,
         redis_taken,
+        racks,
+        told_201,
+        heals,
         violations,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The heal counters of `/metrics`, summed over `serves` (those that answer).
+async fn heal_counters(serves: &[String]) -> BTreeMap<String, u64> {
+    const COUNTERS: [&str; 5] = [
+        "redis_replication_id_changes_total",
+        "heals_total",
+        "heal_restored_bookings_total",
+        "heal_freed_records_total",
+        "heal_rebuilt_events_total",
+    ];
+    let mut sums = BTreeMap::new();
+    let Ok(client) = reqwest::Client::builder().timeout(CLIENT_TIMEOUT).build() else { return sums };
+    for url in serves {
+        let Ok(response) = client.get(format!("{url}/metrics")).send().await else { continue };
+        let Ok(text) = response.text().await else { continue };
+        for line in text.lines() {
+            let Some((name, value)) = line.strip_prefix("seatrush_").and_then(|l| l.split_once(' ')) else {
+                continue;
+            };
+            if let (true, Ok(v)) = (COUNTERS.contains(&name), value.trim().parse::<u64>()) {
+                *sums.entry(name.to_owned()).or_insert(0) += v;
+            }
+        }
+    }
+    sums
 }
 
 /// A candidate's outcome, when its first request went out and when its final answer arrived.
@@ -352,6 +391,8 @@ fn told_one(o: &Outcome, asked_ms: i64, answered_ms: i64) -> Option<Told> {
         status: o.status,
         what: o.body["status"].as_str().unwrap_or("no_answer").to_owned(),
         slot: o.body["slot"].as_i64().unwrap_or(0),
+        asked_level: o.candidate.level.clone(),
+        level: o.body["level"].as_str().unwrap_or_default().to_owned(),
         hold_until_ms,
         asked_ms,
         answered_ms,
@@ -382,6 +423,26 @@ impl Report {
             "  operator calls: {} ({} paid, {} cancelled); database rows: {:?}; Redis counts taken: {}",
             self.operator_calls, self.paid_by_runner, self.cancelled_by_runner, self.db_states, self.redis_taken
         );
+        for r in &self.racks {
+            println!(
+                "  rack: B (port {}) cut {} ms; primary ({}) and A ({}) killed together; Sentinel promoted B after {} ms; \
+                 B was {} bytes behind what A acknowledged; the event's seats taken: {} on the primary, {} on B",
+                r.b,
+                r.cut_ms,
+                r.primary,
+                r.a,
+                r.promoted_after_ms,
+                r.a_acked_offset - r.b_offset,
+                r.primary_taken,
+                r.b_taken
+            );
+        }
+        let f = &self.told_201;
+        println!(
+            "  told 201: {}; holding that seat at the end {}; released by the run: {} cancelled, {} ran out",
+            f.told, f.holding, f.cancelled, f.expired
+        );
+        println!("  heal counters of the serves at the end: {:?}", self.heals);
         println!("  violations: {}", self.violations.len());
         for v in &self.violations {
             println!("    - {v}");
