@@ -6,8 +6,8 @@
 //!   every open event;
 //! - a database refusal on the request path that shows Redis handed out a seat or a code the
 //!   database holds (`SeatTaken`, a code that already holds a seat): that event;
-//! - a sweep every [`SWEEP_INTERVAL`] over every open event, for whatever else (a held row with
-//!   no record): a heal of a healthy event only reads.
+//! - a sweep when the `serve` starts and every [`SWEEP_INTERVAL`] after, over every open event,
+//!   for whatever else (a held row with no record): a heal of a healthy event only reads.
 //!
 //! An event Redis lost whole (no state in its meta) is rebuilt by `open`'s own path. One heal of
 //! an event at a time across every `serve`: each takes the event's operator lock, and a `serve`
@@ -33,7 +33,9 @@ pub async fn run(sale: Arc<Sale>, shutdown: impl std::future::Future<Output = ()
     let mut tick = tokio::time::interval(CHECK_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut replid: Option<String> = None;
-    let mut swept = Instant::now();
+    // A serve that starts after a failover has no replication id to compare with: its first
+    // check sweeps every open event.
+    let mut swept: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = &mut shutdown => return,
@@ -41,7 +43,7 @@ pub async fn run(sale: Arc<Sale>, shutdown: impl std::future::Future<Output = ()
             _ = sale.heal_wanted.wanted() => {}
         }
         let mut events = sale.heal_wanted.take();
-        let mut all = swept.elapsed() >= SWEEP_INTERVAL;
+        let mut all = swept.is_none_or(|at| at.elapsed() >= SWEEP_INTERVAL);
         match replication_id(&sale).await {
             Ok(now) => {
                 if replid.as_ref().is_some_and(|before| *before != now) {
@@ -55,7 +57,7 @@ pub async fn run(sale: Arc<Sale>, shutdown: impl std::future::Future<Output = ()
             Err(e) => tracing::debug!(error = %e, "cannot read the primary's replication id"),
         }
         if all {
-            swept = Instant::now();
+            swept = Some(Instant::now());
             match sale.store().open_events().await {
                 Ok(open) => events.extend(open),
                 Err(e) => tracing::warn!(error = %e, "cannot list the open events to heal"),

@@ -53,6 +53,7 @@ pub struct Scripts {
     pub release: Script,
     pub persisted: Script,
     pub heal: Script,
+    pub heal_seats: Script,
 }
 
 const ADMIT_SOURCE: &str = include_str!("../../lua/admit.lua");
@@ -82,6 +83,7 @@ impl Scripts {
             release: Script::new(include_str!("../../lua/release.lua")),
             persisted: Script::new(include_str!("../../lua/persisted.lua")),
             heal: Script::new(include_str!("../../lua/heal.lua")),
+            heal_seats: Script::new(include_str!("../../lua/heal_seats.lua")),
         }
     }
 
@@ -92,8 +94,8 @@ impl Scripts {
         Self { admit: Script::new(admit), ..Self::new() }
     }
 
-    pub fn all(&self) -> [&Script; 5] {
-        [&self.admit, &self.undo, &self.release, &self.persisted, &self.heal]
+    pub fn all(&self) -> [&Script; 6] {
+        [&self.admit, &self.undo, &self.release, &self.persisted, &self.heal, &self.heal_seats]
     }
 
     /// One admit attempt in its own call.

@@ -44,11 +44,13 @@ pub struct HealReport {
     pub in_flight: usize,
     /// A `close` Redis had lost, put back.
     pub closed: bool,
+    /// Seats Redis kept out of the pool with nobody holding them, returned to it.
+    pub seats_returned: usize,
 }
 
 impl HealReport {
     pub fn changed(&self) -> bool {
-        self.restored > 0 || self.freed > 0 || self.closed
+        self.restored > 0 || self.freed > 0 || self.closed || self.seats_returned > 0
     }
 }
 
@@ -173,6 +175,8 @@ impl Sale {
             restored.extend(chunk.iter().zip(applied).filter(|(_, a)| *a == 1).map(|(r, _)| *r));
         }
         report.restored = restored.len();
+        report.seats_returned =
+            self.return_leaked_seats(conn, &keys, lock, stored.spec.total_seats, &side, &holders).await?;
         if !restored.is_empty() {
             self.heal_wait(conn).await;
             // A release that committed after the read above ran its script before heal.lua
@@ -195,6 +199,44 @@ impl Sale {
             report.closed = closed == 1;
         }
         Ok(Healed::Done(report))
+    }
+
+    /// Seats out of the pool that no record and no database holder had when read: heal_seats.lua
+    /// returns those still out and unheld.
+    async fn return_leaked_seats(
+        &self,
+        conn: &mut MultiplexedConnection,
+        keys: &EventKeys,
+        lock: &OperatorLock,
+        total_seats: i64,
+        side: &RedisSide,
+        holders: &[BookingRow],
+    ) -> anyhow::Result<usize> {
+        let mut accounted: HashSet<i64> = side.free.iter().copied().collect();
+        accounted.extend(holders.iter().map(|r| r.slot));
+        for (code, record) in &side.records {
+            if let Some(adm) =
+                crate::domain::code::CodeHash::from_hex(code).and_then(|h| Admission::from_record(h, record))
+            {
+                accounted.insert(adm.slot);
+            }
+        }
+        let leaked: Vec<String> = (1..=total_seats).filter(|s| !accounted.contains(s)).map(|s| s.to_string()).collect();
+        if leaked.is_empty() {
+            return Ok(0);
+        }
+        let mut returned = 0;
+        for chunk in leaked.chunks(HEAL_CHUNK) {
+            let mut args: Vec<&str> = vec![lock.owner()];
+            args.extend(chunk.iter().map(String::as_str));
+            let call = self.scripts.heal_seats.call(&[&keys.adm, &keys.free, &keys.lock], &args);
+            match crate::redis_io::scripts::run(conn, &self.scripts.heal_seats, &call).await? {
+                redis::Value::Int(-1) => anyhow::bail!("the heal lost the operator lock"),
+                redis::Value::Int(n) => returned += n as usize,
+                other => anyhow::bail!("heal_seats.lua answered {other:?}"),
+            }
+        }
+        Ok(returned)
     }
 
     /// The heal's writes reach a replica before it reads the database again; short, the next

@@ -1,0 +1,37 @@
+#!lua flags=allow-oom
+-- heal_seats: return to the pool the seats Redis keeps out of it with nobody holding them. A seat
+-- leaks when Redis lost its holder, another admission took it, the database refused that one
+-- (SeatTaken: the seat stays out of the pool, since the database holds it), and the holder was
+-- released before a heal gave its record back: its release found nothing to free. Runs under the
+-- event's operator lock.
+--
+-- KEYS[1] {ev:ID}:adm   hash    code hash -> "nonce admission-id slot level admitted-ms"
+-- KEYS[2] {ev:ID}:free  zset    free seat numbers
+-- KEYS[3] {ev:ID}:lock  string  operator lock owner
+-- ARGV[1] lock owner of this run
+-- ARGV[2..] seats that, when the heal read Redis and then the database, were neither free, nor in
+--           a record, nor held in the database
+--
+-- A seat goes back only if it is still out of the pool and no record holds it now (every record
+-- is read: this runs only when a heal found a leak). A seat taken since the heal read it is in a
+-- record, so it stays. Returns -1 when the lock is not this run's; else the seats returned.
+
+if redis.call('GET', KEYS[3]) ~= ARGV[1] then
+  return -1
+end
+local held = {}
+for _, record in ipairs(redis.call('HVALS', KEYS[1])) do
+  local seat = string.match(record, '^%S+ %S+ (%d+) ')
+  if seat then
+    held[seat] = true
+  end
+end
+local returned = 0
+for i = 2, #ARGV do
+  local seat = ARGV[i]
+  if not held[seat] and not redis.call('ZSCORE', KEYS[2], seat) then
+    redis.call('ZADD', KEYS[2], seat, seat)
+    returned = returned + 1
+  end
+end
+return returned
