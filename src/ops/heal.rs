@@ -29,6 +29,10 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(15);
 
 /// Runs until `shutdown` resolves.
 pub async fn run(sale: Arc<Sale>, shutdown: impl std::future::Future<Output = ()>) {
+    if !sale.heals() {
+        tracing::warn!("a guard is switched off (SEATRUSH_BREAK_GUARD): no heal runs in this process");
+        return shutdown.await;
+    }
     tokio::pin!(shutdown);
     let mut tick = tokio::time::interval(CHECK_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

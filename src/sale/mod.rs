@@ -211,6 +211,13 @@ impl Sale {
         result
     }
 
+    /// A run with a guard switched off (`SEATRUSH_BREAK_GUARD`, the fault runner's test of its
+    /// own checker) measures the checker, not the heal: the heal would repair from the database
+    /// what the broken guard loses in Redis, and the checker would see nothing.
+    pub(crate) fn heals(&self) -> bool {
+        self.crash.broken_guard.is_none()
+    }
+
     pub(crate) fn redis_failed(&self, err: RedisError) -> Refusal {
         tracing::debug!(error = %err, "redis call failed");
         Refusal::Retry("redis unavailable")
