@@ -17,7 +17,7 @@ use crate::ops::settings::{Connections, ServeSettings};
 use crate::store::Store;
 use anyhow::Context;
 use clap::Args;
-use redis_server::RedisServer;
+use redis_server::{RedisOptions, RedisServer};
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeMap;
 use temp_dir::TempDir;
@@ -61,7 +61,14 @@ impl Demo {
     /// Starts the demo (Redis pair, SQLite, the event and its codes, opened) and its server, and
     /// prints the banner: the URL, the codes, the operator token.
     pub async fn start(connections: &Connections, args: &DemoArgs) -> anyhow::Result<Demo> {
-        let (primary, replica) = tokio::task::spawn_blocking(RedisServer::start_pair).await??;
+        // The persistence `open` and `serve` ask for (AOF, fsync every second), so a newcomer's
+        // first run shows the recommended setting and no warning about the demo itself.
+        let persistent = RedisOptions {
+            extra: vec![("appendonly".into(), "yes".into()), ("appendfsync".into(), "everysec".into())],
+            ..RedisOptions::default()
+        };
+        let (primary, replica) =
+            tokio::task::spawn_blocking(move || RedisServer::start_pair_with(&persistent)).await??;
         let primary = tokio::task::spawn_blocking(move || primary.require_replicas(1).map(|_| primary)).await??;
         let dir = TempDir::new("seatrush-demo-")?;
         let mut connections = connections.clone();
