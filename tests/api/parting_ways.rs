@@ -113,6 +113,7 @@ async fn the_admit_script_keeps_the_window_whatever_a_serves_view_says() {
 /// but the round's WAIT must still run on the connection that wrote the admission: with the
 /// replica stalled, the admission is short, not acknowledged by a fresh connection's WAIT.
 #[tokio::test]
+#[cfg(feature = "fault-hooks")] // Scripts::with_admit_source exists only in a fault-hooks build
 async fn a_rounds_wait_runs_on_the_connection_that_admitted() {
     use seatrush::domain::event::EventId;
     use seatrush::fault_hooks::FaultPlan;
