@@ -209,6 +209,13 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     }
     let waited_hold = (config.hold_seconds <= WAITED_HOLD_SECONDS_MAX).then_some(config.hold_seconds);
     settle(&topo, &event, waited_hold).await;
+    // Every serve heals each open event at least every 15 s (docs/design.md#the-heal): the check
+    // is of the state after that sweep, as the model's drain is. Not when a guard is off: the
+    // serves run no heal then, and this one must not mask what the broken guard did.
+    if config.break_guard.is_none() {
+        seatrush::ops::heal::heal_all(&topo.sale, [event.clone()].into()).await;
+        settle(&topo, &event, waited_hold).await;
+    }
     let rebookings = operator.rebooked.len();
     let mut told = told_of(&outcomes, &answered_at);
     told.extend(operator.rebooked);
