@@ -3,6 +3,7 @@
 //! beside its code.
 
 use crate::bench::args::BenchArgs;
+use crate::buckets::BucketsArgs;
 use crate::demo::BurstArgs;
 use crate::runner::RunConfig;
 use clap::{Args, Parser, Subcommand};
@@ -31,6 +32,9 @@ pub enum Command {
     Faults(FaultsArgs),
     /// `seatrush demo` in-process, and a burst of simulated candidates at it
     Demo(BurstArgs),
+    /// One hot event spread over several primaries, simulated: what splitting its seats into
+    /// buckets costs (no Redis, no server; docs/design.md, "One hot event beyond one core")
+    Buckets(BucketsArgs),
 }
 
 #[derive(Args, Debug)]

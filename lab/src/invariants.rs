@@ -7,7 +7,7 @@ use seatrush::domain::code::CodeHash;
 use seatrush::domain::event::EventId;
 use seatrush::redis_io::keys::EventKeys;
 use seatrush::redis_io::snapshot::RedisSide;
-use seatrush::store::Store;
+use seatrush::store::{BookingState, Store};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Every violation found, in words; empty when all three invariants hold.
@@ -174,19 +174,21 @@ struct FinalRow {
     nonce: String,
     slot: i64,
     level: String,
-    state: String,
+    /// Decoded by the product's own column type, so a state the schema does not know fails the
+    /// check's query instead of passing as "not held".
+    state: BookingState,
     hold_until_ms: i64,
     updated_ms: i64,
 }
 
 impl FinalRow {
     fn holds_seat(&self) -> bool {
-        self.state == "held" || self.state == "paid"
+        self.state.holds_seat()
     }
 }
 
 async fn final_rows(store: &Store, event: &EventId) -> anyhow::Result<HashMap<String, FinalRow>> {
-    type Tuple = (String, String, i64, String, String, i64, i64);
+    type Tuple = (String, String, i64, String, BookingState, i64, i64);
     let sql =
         "SELECT code_hash, nonce, slot, level, state, hold_until_ms, updated_ms FROM bookings WHERE event_id = $1";
     let rows: Vec<Tuple> =
@@ -281,7 +283,7 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
                 format!("{} seat {}", short(code), r.slot),
             );
         }
-        if r.state == "paid" && r.updated_ms >= r.hold_until_ms {
+        if r.state == BookingState::Paid && r.updated_ms >= r.hold_until_ms {
             v.add(
                 "a booking was paid after its hold ran out",
                 format!("{} paid at {}, hold until {}", short(code), r.updated_ms, r.hold_until_ms),
@@ -294,7 +296,7 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
         let cancels = &cancels.0;
         match c.call {
             OperatorCall::Cancel
-                if c.what == "released" && row.is_some_and(|r| r.nonce == c.nonce && r.state == "paid") =>
+                if c.what == "released" && row.is_some_and(|r| r.nonce == c.nonce && r.state == BookingState::Paid) =>
             {
                 v.add(
                     "a cancel was answered released but the booking stays paid",
@@ -304,7 +306,7 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
             OperatorCall::Pay
                 if c.status == 200
                     && !cancels.contains_key(c.code.as_str())
-                    && row.is_none_or(|r| r.state != "paid") =>
+                    && row.is_none_or(|r| r.state != BookingState::Paid) =>
             {
                 v.add(
                     "a payment was accepted but the booking is not paid, and no cancel was sent",
@@ -437,7 +439,7 @@ pub async fn admitted_fates(store: &Store, event: &EventId, journal: &Journal) -
 pub async fn settled_violations(store: &Store, event: &EventId, now_ms: i64) -> anyhow::Result<Vec<String>> {
     let rows = final_rows(store, event).await?;
     let mut v = Vec::new();
-    let outlived = rows.values().filter(|r| r.state == "held" && r.hold_until_ms <= now_ms).count();
+    let outlived = rows.values().filter(|r| r.state == BookingState::Held && r.hold_until_ms <= now_ms).count();
     if outlived > 0 {
         v.push(format!("nothing leaks: {outlived} holds are still held after their hold ran out"));
     }
@@ -477,7 +479,7 @@ mod tests {
             nonce: nonce.into(),
             slot,
             level: level.into(),
-            state: state.into(),
+            state: BookingState::parse(state).expect("a test row's state is one the schema knows"),
             hold_until_ms: 10_000,
             updated_ms,
         }

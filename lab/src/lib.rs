@@ -12,15 +12,17 @@
 //!   `sqlite-floor`.
 //! - `runner/`: the fault runner.
 //! - `demo.rs`: the product's demo, started in-process, with a crowd sent at it (`--burst`).
+//! - `buckets.rs`: one hot event spread over several primaries, simulated (no Redis, no server).
 //! - `cli.rs`: the binary's command tree.
 //!
 //! # The one rule
 //!
-//! `scratch_db`, `invariants`, `crowd`, `fleet` → `bench`, `runner`, `demo` → `cli`: each imports
+//! `scratch_db`, `invariants`, `crowd`, `fleet` → `bench`, `runner`, `demo`, `buckets` → `cli`: each imports
 //! only the layers before it (none of a rank imports another of that rank), and any of the
 //! product's; `tests/api/layout.rs` checks it, and that the product never names this crate.
 
 pub mod bench;
+pub mod buckets;
 pub mod cli;
 pub mod crowd;
 pub mod demo;

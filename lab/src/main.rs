@@ -1,6 +1,6 @@
 use clap::Parser;
 use seatrush_lab::cli::{self, Cli, Command};
-use seatrush_lab::{bench, demo, runner};
+use seatrush_lab::{bench, buckets, demo, runner};
 use tracing_subscriber::EnvFilter;
 
 /// jemalloc, as in `seatrush`: `bench` and `demo` run the real server in this process, so they
@@ -39,6 +39,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Demo(args) => demo::run(s, &args).await?,
+        Command::Buckets(args) => buckets::run(&args)?,
     }
     Ok(())
 }

@@ -30,6 +30,7 @@ const LAB: &[(&str, u8)] = &[
     ("bench", 1),
     ("runner", 1),
     ("demo", 1),
+    ("buckets", 1),
     ("cli", 2),
 ];
 
