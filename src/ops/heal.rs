@@ -75,7 +75,11 @@ pub async fn run(sale: Arc<Sale>, shutdown: impl std::future::Future<Output = ()
 pub async fn heal_all(sale: &Sale, events: BTreeSet<EventId>) {
     for event in events {
         match sale.heal_event(&event).await {
-            Ok(Healed::Done(_)) | Ok(Healed::Busy) => {}
+            Ok(Healed::Done(_)) => {}
+            // The holder (another serve's heal, an operator) may have read before this evidence
+            // arrived, or may have died holding the lock (it expires 30 s after): try again at
+            // the next check rather than drop the evidence until the next sweep.
+            Ok(Healed::Busy) => sale.heal_wanted.want(&event),
             Ok(Healed::NotLoaded) => rebuild(sale, &event).await,
             Err(e) => {
                 tracing::warn!(%event, error = %e, "heal failed; the next check retries");

@@ -52,7 +52,7 @@ impl Sale {
                 self.settle_or_leave(&view, &admission, false).await;
                 return Err(Refusal::Retry("replica acknowledgement fell short"));
             }
-            Ok(Committed::Refused(refused)) => return Err(self.script_refusal(&view, &req.code, refused, gate).await),
+            Ok(Committed::Refused(refused)) => return self.script_refusal(&view, req, refused, gate).await,
             Err(CommitError::Busy) => return Err(Refusal::Retry("too many bookings in flight")),
             Err(CommitError::Redis(e)) => return Err(self.redis_failed(e)),
         };
@@ -105,42 +105,64 @@ impl Sale {
         }
     }
 
+    /// A final refusal by the script, unless the database holds a seat for this very attempt.
     async fn script_refusal(
         &self,
         view: &EventView,
-        code: &CodeHash,
+        req: &BookingRequest,
         refused: ScriptRefusal,
         gate: Option<Refusal>,
-    ) -> Refusal {
-        match refused {
-            ScriptRefusal::AlreadyAdmitted => Refusal::AlreadyAdmitted(self.current_seat(view, code).await),
-            ScriptRefusal::LevelFull => Refusal::LevelFull,
-            ScriptRefusal::SoldOut => Refusal::SoldOut,
+    ) -> Result<Booked, Refusal> {
+        let final_refusal = match refused {
+            ScriptRefusal::AlreadyAdmitted => None,
+            ScriptRefusal::LevelFull => Some(Refusal::LevelFull),
+            ScriptRefusal::SoldOut => Some(Refusal::SoldOut),
             // The record changed between the read and the script: the gate's refusal stands.
-            ScriptRefusal::NotARetry => gate.unwrap_or(Refusal::Retry("admission changed while it was checked")),
+            ScriptRefusal::NotARetry => {
+                return Err(gate.unwrap_or(Refusal::Retry("admission changed while it was checked")))
+            }
             // The gate's cached view or this host's clock said open; Redis's own say otherwise.
             ScriptRefusal::Outside(OutsideWindow::NotOpen) => {
                 Stats::bump(&self.stats.window_refused);
-                Refusal::NotOpen
+                return Err(Refusal::NotOpen);
             }
             ScriptRefusal::Outside(OutsideWindow::Closed) => {
                 Stats::bump(&self.stats.window_refused);
-                Refusal::Closed
+                return Err(Refusal::Closed);
             }
             ScriptRefusal::Outside(OutsideWindow::NotLoaded) => {
+                // Redis lost the event whole (a wipe): evidence for the heal, which rebuilds it.
                 Stats::bump(&self.stats.event_not_loaded);
-                Refusal::Retry("the event is not loaded in Redis")
+                self.heal_wanted.want(&view.id);
+                return Err(Refusal::Retry("the event is not loaded in Redis"));
             }
+        };
+        // One indexed read of the code's row before a refusal is final: a retry whose record
+        // Redis lost (a promoted replica that missed it, before the heal) is refused by Redis's
+        // counters although the database holds its seat. That seat is its answer; another
+        // attempt of a code that holds a seat is told so. Either way Redis lost the code's
+        // record, and the event is healed (docs/design.md#the-heal).
+        let Some(row) = self.code_row(view, &req.code).await.filter(|r| r.holds_seat()) else {
+            return Err(final_refusal.unwrap_or(Refusal::AlreadyAdmitted(None)));
+        };
+        let this_attempt = row.nonce == req.nonce;
+        if final_refusal.is_some() || this_attempt {
+            self.heal_wanted.want(&view.id);
         }
+        if !this_attempt {
+            return Err(Refusal::AlreadyAdmitted(Some(row.seat())));
+        }
+        Stats::bump(&self.stats.refusals_answered_from_database);
+        let clock_ms = self.store.clock_ms().await.map_err(|_| Refusal::Retry("database unavailable"))?;
+        unexpired(row.seat(), clock_ms)
     }
 
-    /// The seat the database says this code holds, for a `409 already_admitted` (the code is
-    /// the candidate's credential: a person who pressed again sees their seat).
-    /// Bounded by the persist deadline: a stalled database costs the seat in the answer, never
-    /// the answer.
-    async fn current_seat(&self, view: &EventView, code: &CodeHash) -> Option<Booked> {
+    /// The code's booking row (the code is the candidate's credential: a person who pressed again
+    /// sees their seat in a `409 already_admitted`). Bounded by the persist deadline: a stalled
+    /// database costs the seat in the answer, never the answer.
+    async fn code_row(&self, view: &EventView, code: &CodeHash) -> Option<crate::store::BookingRow> {
         match tokio::time::timeout(self.settings.persist_deadline, self.seat_reads.booking(&view.id, code)).await {
-            Ok(Ok(Some(row))) if row.holds_seat() => Some(row.seat()),
+            Ok(Ok(row)) => row,
             _ => None,
         }
     }

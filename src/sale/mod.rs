@@ -110,7 +110,7 @@ pub struct Sale {
     /// so a release's `WAIT` never blocks the shared connection.
     release_conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
     /// Events with evidence that Redis lost data, for the heal loop.
-    pub heal_wanted: heal::HealWanted,
+    pub heal_wanted: Arc<heal::HealWanted>,
 }
 
 impl Sale {
@@ -164,11 +164,17 @@ impl Sale {
             crash.clone(),
         );
         let stats = Arc::new(Stats::default());
+        let heal_wanted = Arc::new(heal::HealWanted::default());
         // Its own connections: the shared pool's users (health, payments, reaper) cannot starve it.
         let persister = Persister::start(
             store.dedicated(settings.persist.connections()),
             settings.persist,
-            Some(PersistedMarks { link: link.clone(), scripts: scripts.clone(), crash: crash.clone() }),
+            Some(PersistedMarks {
+                link: link.clone(),
+                scripts: scripts.clone(),
+                crash: crash.clone(),
+                heal: heal_wanted.clone(),
+            }),
             stats.clone(),
         )?;
         let seat_reads = match persister.sqlite_writer() {
@@ -188,7 +194,7 @@ impl Sale {
             crash,
             settings,
             release_conn: tokio::sync::Mutex::new(None),
-            heal_wanted: heal::HealWanted::default(),
+            heal_wanted,
         })
     }
 

@@ -15,6 +15,7 @@ use crate::fault_hooks::{CrashPoint, FaultPlan};
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::scripts::{is_noscript, Scripts};
+use crate::sale::heal::HealWanted;
 use crate::sale::stats::Stats;
 use crate::store::{HoldItem, HoldOutcome, PostgresBatchWriter, SqliteBatchWriter, Store, StoreError, Written};
 use redis::Value;
@@ -71,51 +72,77 @@ pub struct PersistedMarks {
     pub link: Arc<RedisLink>,
     pub scripts: Arc<Scripts>,
     pub crash: FaultPlan,
+    /// Where a mark that finds a fresh hold's pending entry gone asks for a heal.
+    pub heal: Arc<HealWanted>,
 }
 
 impl PersistedMarks {
     /// Marks every booking the database now holds for its admission: one script call per event
     /// of the batch (a sale is one event), all in one pipeline. A failure is left to the reaper,
     /// which finds those rows persisted and drops the entries itself.
+    ///
+    /// A fresh hold (`Held`) was admitted and is still pending, so its mark drops an entry. When
+    /// an event's call drops fewer entries than it has fresh holds, Redis lost them: a wipe and a
+    /// rebuild, or a promoted replica, between the admission and a write that stalled behind a
+    /// lock, landing after the heal or the rebuild read the holders (issue 29 item 3). That is
+    /// evidence for a heal of the event, which gives the holder its record, count and seat.
     async fn mark(&self, items: &[HoldItem], outcomes: &[HoldResult]) {
         assert_eq!(items.len(), outcomes.len(), "one outcome per booking");
-        let mut held: Vec<&HoldItem> = items
+        let mut held: Vec<(&HoldItem, bool)> = items
             .iter()
             .zip(outcomes)
-            .filter(|(_, o)| matches!(o, Ok(HoldOutcome::Held(_) | HoldOutcome::AlreadyHeld(_))))
-            .map(|(i, _)| i)
+            .filter_map(|(i, o)| match o {
+                Ok(HoldOutcome::Held(_)) => Some((i, true)),
+                Ok(HoldOutcome::AlreadyHeld(_)) => Some((i, false)),
+                _ => None,
+            })
             .collect();
         if held.is_empty() {
             return;
         }
         self.crash.maybe(CrashPoint::AfterPersist);
-        held.sort_by(|a, b| a.event.as_str().cmp(b.event.as_str()));
+        // One call per event for its fresh holds, another for its retries (whose entries an
+        // earlier mark may have dropped already), so a fresh hold's missing entry shows.
+        held.sort_by(|a, b| a.0.event.as_str().cmp(b.0.event.as_str()).then(b.1.cmp(&a.1)));
+        let groups: Vec<&[(&HoldItem, bool)]> = held.chunk_by(|a, b| a.0.event == b.0.event && a.1 == b.1).collect();
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for event in held.chunk_by(|a, b| a.event == b.event) {
-            let keys = EventKeys::new(&event[0].event);
-            pipe.add_command(self.scripts.persisted_batch_call(&keys, event.iter().map(|i| &i.admission)));
+        for group in &groups {
+            let keys = EventKeys::new(&group[0].0.event);
+            pipe.add_command(self.scripts.persisted_batch_call(&keys, group.iter().map(|(i, _)| &i.admission)));
         }
-        if let Err(e) = self.run(&pipe).await {
-            tracing::debug!(error = %e, "marking a batch persisted failed; the reaper drops those pending entries");
-            self.link.report(&e).await;
+        match self.run(&pipe).await {
+            Ok(replies) => {
+                for (group, reply) in groups.iter().zip(replies) {
+                    let (event, fresh) = (&group[0].0.event, group[0].1);
+                    if fresh && matches!(reply, Value::Int(dropped) if (dropped as usize) < group.len()) {
+                        tracing::warn!(%event, "a fresh hold's pending entry is gone from Redis (it lost data): healing");
+                        self.heal.want(event);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "marking a batch persisted failed; the reaper drops those pending entries");
+                self.link.report(&e).await;
+            }
         }
     }
 
-    async fn run(&self, pipe: &redis::Pipeline) -> redis::RedisResult<()> {
+    /// The pipeline's replies, one per call.
+    async fn run(&self, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<Value>> {
         let mut conn = self.link.shared().await?;
         let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
-        let noscript = replies.into_iter().any(|v| match v {
-            Value::ServerError(e) => is_noscript(&e.into()),
+        let noscript = replies.iter().any(|v| match v {
+            Value::ServerError(e) => is_noscript(&e.clone().into()),
             _ => false,
         });
         if noscript {
             // The script cache was emptied (restart, failover): load it and run the batch again;
             // the script is idempotent.
             self.scripts.persisted.load(&mut conn).await?;
-            let _: Vec<Value> = pipe.query_async(&mut conn).await?;
+            return pipe.query_async(&mut conn).await;
         }
-        Ok(())
+        Ok(replies)
     }
 }
 

@@ -64,6 +64,7 @@ counters! {
     reaper_persisted => reaper_total { outcome = "already_persisted" }: "pending entries the reaper found already in the database",
     reaper_skipped => reaper_total { outcome = "skipped" }: "pending entries the reaper could not settle (the database refused them); skipped, tried again next pass",
     window_refused => script_window_refusals_total: "fresh admissions the admit script refused by the window in Redis after a gate let them through (a stale cache or a clock ahead)",
+    refusals_answered_from_database => script_refusals_answered_from_database_total: "final refusals by the admit script turned into the seat the database holds for that very attempt (Redis had lost its record)",
     event_not_loaded => script_event_not_loaded_total: "admissions refused 503 because Redis held no state for the event (it lost the event)",
     heals => heals_total: "heals of an event from the database (each compares Redis with the database and gives back what Redis lost)",
     heal_restored => heal_restored_bookings_total: "held or paid bookings whose record, count and seat a heal gave back to Redis",

@@ -258,8 +258,19 @@ impl Store {
              WHERE event_id = $1 AND code_hash = $2 AND admission_id = $3 AND {condition}
              RETURNING level"
         );
+        // PostgreSQL: the level's and the event's rows before the booking row, the one lock order
+        // `seatrush_hold` takes too (migration 0029), so a release and a batch never wait on each
+        // other in a cycle. The level is the admission's, read above: the UPDATE names it.
+        // SQLite's one write lock orders every writer already.
+        let lock_counters = matches!(self, Store::Postgres(_));
         let released = on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
+            if lock_counters {
+                sqlx::query("SELECT 1 FROM levels WHERE event_id = $1 AND name = $2 FOR NO KEY UPDATE")
+                    .bind(event.as_str()).bind(&row.level).execute(&mut *tx).await?;
+                sqlx::query("SELECT 1 FROM events WHERE id = $1 FOR NO KEY UPDATE")
+                    .bind(event.as_str()).execute(&mut *tx).await?;
+            }
             let level: Option<String> = sqlx::query_scalar(&sql)
                 .bind(event.as_str()).bind(code.as_str()).bind(admission_id).bind(now_ms)
                 .fetch_optional(&mut *tx).await?;

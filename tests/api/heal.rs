@@ -193,3 +193,107 @@ async fn a_seat_nobody_holds_goes_back_to_the_pool() {
         assert_eq!(app.book(&format!("CODE-{i:05}"), "A1", &nonce("c")).await.status, 201, "CODE-{i:05}");
     }
 }
+
+/// Issue 29 item 3: a booking's write stalls behind a lock; meanwhile Redis is wiped and a
+/// rebuilding `open` reads the holders (without it) and switches in; then the write lands. Its
+/// seat is free in Redis while the database holds it. The mark after the write finds the fresh
+/// hold's pending entry gone, which is evidence: the heal gives the holder its record and seat.
+#[tokio::test]
+async fn a_hold_landing_after_the_rebuild_read_the_holders_is_healed() {
+    use sqlx::Connection;
+    let app = spawn_app(AppOptions { backend: Backend::Postgres, ..Default::default() }).await;
+    let mut blocker = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
+    sqlx::raw_sql("BEGIN").execute(&mut blocker).await.unwrap();
+    sqlx::query("SELECT 1 FROM levels WHERE event_id = $1 AND name = 'A1' FOR UPDATE")
+        .bind(app.event.as_str())
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let (client, url, n) = (app.client.clone(), app.url.clone(), nonce("late"));
+    let body = serde_json::json!({ "code": "CODE-00001", "level": "A1", "nonce": n, "website": "" });
+    let booking = tokio::spawn(async move {
+        let r = client.post(format!("{url}/api/events/exam/bookings")).json(&body).send().await.unwrap();
+        r.status().as_u16()
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.redis::<i64>(redis::cmd("ZCARD").arg(&app.keys.pending)) == 0 {
+        assert!(Instant::now() < deadline, "the booking was never admitted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Admitted in Redis, its write waiting on the level's row: Redis loses everything, and the
+    // rebuild reads the holders before the write commits.
+    app.redis::<()>(&redis::cmd("FLUSHALL"));
+    let mut conn = app.sale.link().check().await.unwrap();
+    assert!(loader::open_event(&mut conn, &app.store, &app.event).await.unwrap().rebuilt);
+    sqlx::raw_sql("ROLLBACK").execute(&mut blocker).await.unwrap();
+    let status = booking.await.unwrap();
+    assert!(status == 201 || status == 503, "{status}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let held = loop {
+        match app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap() {
+            Some(r) if r.holds_seat() => break r,
+            _ => assert!(Instant::now() < deadline, "the stalled write never landed"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let lost: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(held.code.as_str()));
+    assert!(lost.is_none(), "the rebuild missed the late hold");
+    // The evidence arrives right after the write's commit, before its caller is answered.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let wanted = loop {
+        let wanted = app.sale.heal_wanted.take();
+        if !wanted.is_empty() || Instant::now() >= deadline {
+            break wanted;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(wanted.contains(&app.event), "nothing asked for a heal of the event that lost the late hold");
+    seatrush::ops::heal::heal_all(&app.sale, wanted).await;
+    let healed: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(held.code.as_str()));
+    assert_eq!(healed.as_deref(), Some(record(&held).as_str()));
+    let free: Option<f64> = app.redis(redis::cmd("ZSCORE").arg(&app.keys.free).arg(held.slot));
+    assert!(free.is_none(), "the late hold's seat is out of the pool");
+    app.assert_invariants().await;
+}
+
+/// The known gap, closed: a retry whose record Redis lost meets Redis's counters full (`sold_out`
+/// here, `level_full` below) although the database holds its seat. Before a final refusal the
+/// code's row is read: it holds a seat for this very nonce, so that seat is the answer, and the
+/// event is healed.
+#[tokio::test]
+async fn a_retry_redis_forgot_gets_its_seat_not_a_final_refusal() {
+    let app = spawn_app(AppOptions { seats: 2, levels: vec![("A1", 1), ("B1", 2)], ..Default::default() }).await;
+    let n1 = nonce("first");
+    assert_eq!(app.book("CODE-00001", "A1", &n1).await.status, 201);
+    let w = row(&app, "CODE-00001").await;
+    // A promoted replica without W's admission; W's seat kept out of the pool (a SeatTaken
+    // refusal kept it out, as the request path does), and another code takes the last seat.
+    lose_admission(&app, &w);
+    app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.free).arg(w.slot));
+    assert_eq!(app.book("CODE-00002", "B1", &nonce("b")).await.status, 201);
+    let _ = app.sale.heal_wanted.take();
+    let retry = app.book("CODE-00001", "A1", &n1).await;
+    assert_eq!((retry.status, retry.body["slot"].as_i64()), (201, Some(w.slot)), "{:?}", retry.body);
+    assert!(app.sale.heal_wanted.take().contains(&app.event), "the answer asks for a heal");
+    // A new nonce of the same code is told the seat the code holds, as a second click is.
+    let second = app.book("CODE-00001", "A1", &nonce("second")).await;
+    assert_eq!((second.status_str(), second.body["slot"].as_i64()), ("already_admitted", Some(w.slot)));
+
+    // level_full: Redis counts the level full with another code's admission still in flight.
+    let app = spawn_app(AppOptions { seats: 10, levels: vec![("A1", 1)], ..Default::default() }).await;
+    let n1 = nonce("first");
+    assert_eq!(app.book("CODE-00001", "A1", &n1).await.status, 201);
+    let w = row(&app, "CODE-00001").await;
+    lose_admission(&app, &w);
+    let call = AdmitCall {
+        keys: std::sync::Arc::new(app.keys.clone()),
+        code: app.hash("CODE-00002"),
+        nonce: Nonce::parse(&nonce("x")).unwrap(),
+        level: "A1".into(),
+        admission_id: uuid::Uuid::new_v4().simple().to_string(),
+        retry_only: false,
+    };
+    let Ok(Committed::Acked(_)) = app.sale.committer().admit(call).await else { panic!("admitted") };
+    let retry = app.book("CODE-00001", "A1", &n1).await;
+    assert_eq!((retry.status, retry.body["slot"].as_i64()), (201, Some(w.slot)), "{:?}", retry.body);
+}

@@ -15,6 +15,7 @@ mod helpers;
 mod holes;
 mod layout;
 mod lifecycle;
+mod lock_order;
 mod managed_redis;
 mod observability;
 mod operator;

@@ -29,6 +29,8 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bound on the wait, after the faults, for every hold to end and every release to reach Redis
 /// (on top of the hold itself).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the final heal waits for an event's operator lock: its 30 s expiry, and a margin.
+const HEAL_LOCK_WAIT: Duration = Duration::from_secs(40);
 /// Holds up to this long are waited out before the check; longer ones are checked while held.
 const WAITED_HOLD_SECONDS_MAX: i64 = 60;
 
@@ -213,7 +215,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     // is of the state after that sweep, as the model's drain is. Not when a guard is off: the
     // serves run no heal then, and this one must not mask what the broken guard did.
     if config.break_guard.is_none() {
-        seatrush::ops::heal::heal_all(&topo.sale, [event.clone()].into()).await;
+        heal_once_unlocked(&topo.sale, &event).await;
         settle(&topo, &event, waited_hold).await;
     }
     let rebookings = operator.rebooked.len();
@@ -280,6 +282,24 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         violations,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// One heal of the event as a serve's sweep runs it. A lock held by a serve that `kill-serve`
+/// killed mid-heal expires by itself (30 s after its last renewal) and every serve then heals:
+/// wait for it rather than check a state no serve has healed yet.
+async fn heal_once_unlocked(sale: &seatrush::sale::Sale, event: &EventId) {
+    let deadline = Instant::now() + HEAL_LOCK_WAIT;
+    loop {
+        match sale.heal_event(event).await {
+            Ok(seatrush::sale::heal::Healed::Busy) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Ok(seatrush::sale::heal::Healed::NotLoaded) => {
+                return seatrush::ops::heal::heal_all(sale, [event.clone()].into()).await;
+            }
+            healed => return tracing::info!(?healed, "the final heal"),
+        }
+    }
 }
 
 /// The heal counters of `/metrics`, summed over `serves` (those that answer).
