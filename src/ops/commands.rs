@@ -65,7 +65,7 @@ pub async fn import_allowlist(connections: &Connections, event: &str, file: &Pat
     if let Some(levels) = &parsed.levels {
         store.set_allowed_levels(&id, levels).await?;
         let restricted = levels.iter().filter(|(_, l)| l.is_some()).count();
-        println!("levels column: {restricted} codes may book only the levels it names, the rest any level");
+        println!("levels column: {restricted} codes may book only the levels named there, the others any level");
     }
     for (line, why) in parsed.bad_lines.iter().take(50) {
         eprintln!("{}:{line}: {why}", file.display());
