@@ -14,7 +14,9 @@
 -- KEYS[3] {ev:ID}:cap      hash  level -> cap
 -- KEYS[4] {ev:ID}:free     zset  free seat numbers, score = seat number
 -- KEYS[5] {ev:ID}:pending  zset  code hash -> admitted-ms, admissions not yet in the database
--- KEYS[6] {ev:ID}:meta     hash  state ("open" once switched in, "closed"), opens_at_ms, closes_at_ms
+-- KEYS[6] {ev:ID}:meta     hash  state ("open" once switched in, "closed"), opens_at_ms, closes_at_ms,
+--                                and with per-level seat numbering base:LEVEL, the level's block
+--                                offset: its seats are base+1 .. base+cap (docs/design.md#seat-numbering)
 -- ARGV    one or more groups of five:
 --   code hash; nonce; level; admission id, fresh for this attempt (kept only if it admits);
 --   mode: "admit", or "retry-only" when a gate (window, allowlist) refuses the request unless it
@@ -27,8 +29,9 @@
 --      closed or at/after closes_at -> -6
 --   3. admitted with other nonce -> -1
 --   4. level at its cap          -> -3
---   5. no free seat              -> -2
---   6. admit                     -> {slot, admitted-ms, admission-id, level}
+--   5. no free seat              -> -2 (per-level numbering: none free in the level's block)
+--   6. admit                     -> {slot, admitted-ms, admission-id, level}: the lowest free
+--                                   seat, of the level's block with per-level numbering
 -- The gates in front check the window too, from each serve's cached view and clock; this check is
 -- the one that holds when a cache is stale or a host's clock runs ahead.
 -- With "retry-only", anything but check 1 -> -4 (the gate's refusal stands).
@@ -60,8 +63,9 @@ for i = 1, n do
   end
 end
 local free = redis.call('ZCARD', KEYS[4])
--- Per level: its cap (false when it has none) and its seats held so far.
-local caps, taken, added = {}, {}, {}
+-- Per level: its cap (false when it has none), its seats held so far, and with per-level
+-- numbering its block's offset and free seats (a level without a base takes from the whole pool).
+local caps, taken, added, bases, level_free = {}, {}, {}, {}, {}
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- The window: false while fresh admissions may go on, else the refusal they all get.
@@ -115,16 +119,24 @@ for i = 1, n do
       caps[lvl] = redis.call('HGET', KEYS[3], lvl)
       taken[lvl] = tonumber(redis.call('HGET', KEYS[2], lvl) or '0')
       added[lvl] = 0
+      local base = caps[lvl] and redis.call('HGET', KEYS[6], 'base:' .. lvl)
+      if base then
+        bases[lvl] = tonumber(base)
+        level_free[lvl] = redis.call('ZCOUNT', KEYS[4], bases[lvl] + 1, bases[lvl] + tonumber(caps[lvl]))
+      end
     end
     if not caps[lvl] then
       reply = {err = 'ERR unknown level'}
     elseif taken[lvl] >= tonumber(caps[lvl]) then
       reply = -3
-    elseif free == 0 then
+    elseif (bases[lvl] and level_free[lvl] or free) == 0 then
       reply = -2
     else
-      -- The seat is the next of the lowest free ones, popped together below.
+      -- The seat is the next of the lowest free ones (of the level's block), popped together below.
       free = free - 1
+      if bases[lvl] then
+        level_free[lvl] = level_free[lvl] - 1
+      end
       taken[lvl] = taken[lvl] + 1
       added[lvl] = added[lvl] + 1
       admitted[#admitted + 1] = i
@@ -137,10 +149,40 @@ for i = 1, n do
 end
 
 if #admitted > 0 then
-  local seats = redis.call('ZPOPMIN', KEYS[4], #admitted)
+  -- Seats for the whole pool's attempts come from one ZPOPMIN; a block's, from one range read
+  -- and one ZREM per level. Either way each attempt takes the next lowest, in attempt order.
+  local pool, blocks, popped = {}, {}, {}
+  local whole = 0
+  for _, i in ipairs(admitted) do
+    if not bases[replies[i].level] then
+      whole = whole + 1
+    end
+  end
+  if whole > 0 then
+    local seats = redis.call('ZPOPMIN', KEYS[4], whole)
+    for k = 1, whole do
+      pool[k] = seats[2 * k - 1]
+    end
+  end
+  for lvl, base in pairs(bases) do
+    if added[lvl] > 0 then
+      blocks[lvl] = redis.call('ZRANGEBYSCORE', KEYS[4], base + 1, base + tonumber(caps[lvl]), 'LIMIT', 0, added[lvl])
+      redis.call('ZREM', KEYS[4], unpack(blocks[lvl]))
+      popped[lvl] = 0
+    end
+  end
   local pending = {}
-  for k, i in ipairs(admitted) do
-    local code, seat, a = codes[i], seats[2 * k - 1], replies[i]
+  local next_whole = 0
+  for _, i in ipairs(admitted) do
+    local code, a = codes[i], replies[i]
+    local seat
+    if bases[a.level] then
+      popped[a.level] = popped[a.level] + 1
+      seat = blocks[a.level][popped[a.level]]
+    else
+      next_whole = next_whole + 1
+      seat = pool[next_whole]
+    end
     records[code] = string.format('%s %s %s %s %d', a.nonce, a.id, seat, a.level, now)
     a.reply = {tonumber(seat), now, a.id, a.level}
     pending[#pending + 1] = now

@@ -14,6 +14,8 @@
 -- KEYS[10] {ev:ID}:adm      hash    admission records
 -- KEYS[11] adm, staged by this run (rebuild only)
 -- KEYS[12] {ev:ID}:pending  zset    admissions not yet in the database
+-- KEYS[13] {ev:ID}:levels   hash    code hash -> levels it may book (restricted codes only)
+-- KEYS[14] levels, staged by this run (absent when no code is restricted)
 -- ARGV[1]  lock owner of this run
 -- ARGV[2]  "rebuild" (the event was not loaded: install seats, counters and records too) or
 --          "refresh" (loaded: replace the allowlist, caps, window; resize the seat pool)
@@ -22,7 +24,9 @@
 -- ARGV[5]  total_seats    ARGV[6] hold_seconds
 -- ARGV[7]  opens_at_ms or ""    ARGV[8] closes_at_ms or ""
 -- ARGV[9]  allow_version (fresh per run)    ARGV[10] opened_at_ms
--- ARGV[11..] level, cap, level, cap, ...
+-- ARGV[11] the levels' display fields as JSON (level -> {name, starts_at_ms, venue}), or ""
+-- ARGV[12..] level, cap, base, level, cap, base, ...: base is the level's seat block offset
+--          with per-level numbering (meta field base:LEVEL, read by admit.lua), "" for event-wide
 -- Returns 1 when switched; -1 when the lock is not this run's; -2 when the event changed since
 -- the run read it (loaded by another open, closed, or wiped).
 
@@ -57,6 +61,7 @@ local function install(staged, live)
 end
 
 install(KEYS[5], KEYS[4])
+install(KEYS[14], KEYS[13])
 local total = tonumber(ARGV[5])
 if ARGV[2] == 'rebuild' then
   install(KEYS[7], KEYS[6])
@@ -74,9 +79,23 @@ else
 end
 
 redis.call('DEL', KEYS[3])
-for i = 11, #ARGV, 2 do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(field, 1, 5) == 'base:' then
+    redis.call('HDEL', KEYS[1], field)
+  end
 end
+for i = 12, #ARGV, 3 do
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  if ARGV[i + 2] ~= '' then
+    redis.call('HSET', KEYS[1], 'base:' .. ARGV[i], ARGV[i + 2])
+  end
+end
+if redis.call('EXISTS', KEYS[13]) == 1 then
+  redis.call('HSET', KEYS[1], 'restricted', '1')
+else
+  redis.call('HDEL', KEYS[1], 'restricted')
+end
+if ARGV[11] == '' then redis.call('HDEL', KEYS[1], 'sessions') else redis.call('HSET', KEYS[1], 'sessions', ARGV[11]) end
 redis.call('HSET', KEYS[1], 'total_seats', ARGV[5], 'hold_seconds', ARGV[6], 'state', 'open',
   'opened_at_ms', ARGV[10], 'allow_version', ARGV[9], 'generation', generation + 1)
 if ARGV[7] == '' then redis.call('HDEL', KEYS[1], 'opens_at_ms') else redis.call('HSET', KEYS[1], 'opens_at_ms', ARGV[7]) end

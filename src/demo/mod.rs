@@ -39,6 +39,8 @@ fn demo_spec(seats: i64) -> EventSpec {
         opens_at_ms: None,
         closes_at_ms: None,
         levels: BTreeMap::from([(level("A1"), seats / 2), (level("B1"), seats / 2), (level("C1"), seats / 3)]),
+        sessions: BTreeMap::new(),
+        seat_numbering: Default::default(),
         payment_url: None,
     }
 }

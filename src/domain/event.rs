@@ -1,6 +1,7 @@
 //! An event (one sale) as the operator writes it in TOML, and the identifier types that name
 //! events and levels. Parsed and checked once, when the file is applied.
 
+use crate::domain::session::{display_text, SeatNumbering, Session};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -80,6 +81,12 @@ pub enum EventError {
     Time { field: &'static str, value: String },
     #[error("closes_at must come after opens_at")]
     Window,
+    #[error("{0}")]
+    Level(String),
+    #[error("seat_numbering must be \"event-wide\" or \"per-level\", got {0:?}")]
+    SeatNumbering(String),
+    #[error("with seat_numbering = \"per-level\", total_seats is the sum of the caps ({sum}); leave it out or set it to that, got {given}")]
+    PerLevelTotal { sum: i64, given: i64 },
     #[error(transparent)]
     PaymentUrl(#[from] crate::domain::payment_url::PaymentUrlError),
 }
@@ -93,7 +100,11 @@ pub struct EventSpec {
     /// Milliseconds since the Unix epoch; `None` opens when `open` runs.
     pub opens_at_ms: Option<i64>,
     pub closes_at_ms: Option<i64>,
+    /// Level → cap.
     pub levels: BTreeMap<LevelName, i64>,
+    /// What is shown of the levels that have display fields (`[levels.NAME]` tables).
+    pub sessions: BTreeMap<LevelName, Session>,
+    pub seat_numbering: SeatNumbering,
     /// The pay-link template the page shows after a `201` (`domain/payment_url.rs`).
     pub payment_url: Option<String>,
 }
@@ -102,12 +113,30 @@ pub struct EventSpec {
 #[serde(deny_unknown_fields)]
 struct EventFile {
     id: String,
-    total_seats: i64,
+    total_seats: Option<i64>,
     hold_seconds: i64,
     opens_at: Option<String>,
     closes_at: Option<String>,
-    levels: BTreeMap<String, i64>,
+    seat_numbering: Option<String>,
+    levels: BTreeMap<String, LevelEntry>,
     payment_url: Option<String>,
+}
+
+/// `B2 = 30`, or a table `[levels.B2]` with `cap` and optional display fields.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum LevelEntry {
+    Cap(i64),
+    Table(LevelTable),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LevelTable {
+    cap: i64,
+    name: Option<String>,
+    starts_at: Option<String>,
+    venue: Option<String>,
 }
 
 fn parse_time(field: &'static str, value: Option<String>) -> Result<Option<i64>, EventError> {
@@ -127,9 +156,10 @@ impl EventSpec {
             })
         })?;
         let id = EventId::parse(&file.id)?;
-        if !(1..=TOTAL_SEATS_MAX).contains(&file.total_seats) {
-            return Err(EventError::TotalSeats(file.total_seats));
-        }
+        let seat_numbering = match file.seat_numbering {
+            None => SeatNumbering::EventWide,
+            Some(s) => SeatNumbering::parse(&s).ok_or(EventError::SeatNumbering(s))?,
+        };
         if !(1..=HOLD_SECONDS_MAX).contains(&file.hold_seconds) {
             return Err(EventError::HoldSeconds(file.hold_seconds));
         }
@@ -137,12 +167,46 @@ impl EventSpec {
             return Err(EventError::LevelCount(file.levels.len()));
         }
         let mut levels = BTreeMap::new();
-        for (name, cap) in file.levels {
+        let mut sessions = BTreeMap::new();
+        for (name, entry) in file.levels {
             let level = LevelName::parse(&name).ok_or_else(|| EventError::LevelName(name.clone()))?;
-            if !(1..=file.total_seats).contains(&cap) {
-                return Err(EventError::LevelCap(name, cap));
-            }
+            let cap = match entry {
+                LevelEntry::Cap(cap) => cap,
+                LevelEntry::Table(table) => {
+                    let text = |field, value: Option<String>| {
+                        value.map(|v| display_text(field, &name, v)).transpose().map_err(EventError::Level)
+                    };
+                    let session = Session {
+                        name: text("name", table.name)?,
+                        starts_at_ms: parse_time("starts_at", table.starts_at)?,
+                        venue: text("venue", table.venue)?,
+                    };
+                    if !session.is_empty() {
+                        sessions.insert(level.clone(), session);
+                    }
+                    table.cap
+                }
+            };
             levels.insert(level, cap);
+        }
+        let sum: i64 = levels.values().map(|cap| (*cap).max(0)).sum();
+        let total_seats = match (seat_numbering, file.total_seats) {
+            (SeatNumbering::PerLevel, Some(given)) if given != sum => {
+                return Err(EventError::PerLevelTotal { sum, given })
+            }
+            (SeatNumbering::PerLevel, _) => sum,
+            (SeatNumbering::EventWide, Some(given)) => given,
+            (SeatNumbering::EventWide, None) => {
+                return Err(EventError::Toml(
+                    "total_seats is missing (needed unless seat_numbering = \"per-level\")".into(),
+                ))
+            }
+        };
+        if !(1..=TOTAL_SEATS_MAX).contains(&total_seats) {
+            return Err(EventError::TotalSeats(total_seats));
+        }
+        if let Some((name, cap)) = levels.iter().find(|(_, cap)| !(1..=total_seats).contains(*cap)) {
+            return Err(EventError::LevelCap(name.to_string(), *cap));
         }
         let opens_at_ms = parse_time("opens_at", file.opens_at)?;
         let closes_at_ms = parse_time("closes_at", file.closes_at)?;
@@ -153,11 +217,13 @@ impl EventSpec {
         }
         Ok(Self {
             id,
-            total_seats: file.total_seats,
+            total_seats,
             hold_seconds: file.hold_seconds,
             opens_at_ms,
             closes_at_ms,
             levels,
+            sessions,
+            seat_numbering,
             payment_url: file.payment_url.as_deref().map(crate::domain::payment_url::parse_payment_url).transpose()?,
         })
     }
@@ -227,6 +293,44 @@ B1 = 50
         assert!(matches!(EventSpec::from_toml(&unknown), Err(EventError::Toml(_))));
         let bad_level = GOOD.replace("A1 = 30", "\"A 1\" = 30");
         assert!(matches!(EventSpec::from_toml(&bad_level), Err(EventError::LevelName(_))));
+    }
+
+    #[test]
+    fn a_level_may_be_a_session_table_beside_the_short_form() {
+        let file = GOOD.replace(
+            "[levels]\nA1 = 30\nB1 = 50\n",
+            "[levels]\nA1 = 30\n[levels.B2-0314-AM]\ncap = 50\nname = \"B2, 14 March, morning\"\n\
+             starts_at = \"2027-03-14T09:00:00Z\"\nvenue = \"Hall 3\"\n",
+        );
+        let spec = EventSpec::from_toml(&file).unwrap();
+        let b2 = LevelName::parse("B2-0314-AM").unwrap();
+        assert_eq!(spec.levels[&b2], 50);
+        assert_eq!(spec.levels[&LevelName::parse("A1").unwrap()], 30);
+        let session = &spec.sessions[&b2];
+        assert_eq!(session.name.as_deref(), Some("B2, 14 March, morning"));
+        assert_eq!(session.venue.as_deref(), Some("Hall 3"));
+        assert_eq!(session.starts_at_ms.map(rfc3339_ms).as_deref(), Some("2027-03-14T09:00:00Z"));
+        assert_eq!(spec.sessions.len(), 1, "a short-form level has no session");
+        assert_eq!(spec.seat_numbering, SeatNumbering::EventWide);
+        let unknown = file.replace("venue =", "room =");
+        assert!(EventSpec::from_toml(&unknown).is_err());
+        let bad_time = file.replace("2027-03-14T09:00:00Z", "morning");
+        assert!(matches!(EventSpec::from_toml(&bad_time), Err(EventError::Time { field: "starts_at", .. })));
+    }
+
+    #[test]
+    fn per_level_numbering_makes_total_seats_the_sum_of_the_caps() {
+        let per_level = GOOD.replace("total_seats = 100\n", "seat_numbering = \"per-level\"\n");
+        let spec = EventSpec::from_toml(&per_level).unwrap();
+        assert_eq!((spec.seat_numbering, spec.total_seats), (SeatNumbering::PerLevel, 80));
+        let agreeing = GOOD.replace("total_seats = 100", "total_seats = 80\nseat_numbering = \"per-level\"");
+        assert_eq!(EventSpec::from_toml(&agreeing).unwrap().total_seats, 80);
+        let wrong = GOOD.replace("total_seats = 100", "total_seats = 100\nseat_numbering = \"per-level\"");
+        assert!(matches!(EventSpec::from_toml(&wrong), Err(EventError::PerLevelTotal { sum: 80, given: 100 })));
+        let typo = GOOD.replace("total_seats = 100", "total_seats = 100\nseat_numbering = \"per_level\"");
+        assert!(matches!(EventSpec::from_toml(&typo), Err(EventError::SeatNumbering(_))));
+        let missing = GOOD.replace("total_seats = 100\n", "");
+        assert!(EventSpec::from_toml(&missing).unwrap_err().to_string().contains("total_seats"));
     }
 
     #[test]

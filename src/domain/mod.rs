@@ -7,4 +7,5 @@ pub mod code;
 pub mod event;
 pub mod nonce;
 pub mod payment_url;
+pub mod session;
 pub(crate) mod url;

@@ -13,6 +13,7 @@
 //! can correct for a wrong device clock; it is why the tag is weak.
 
 use super::error::{ApiError, ErrorBody};
+use super::sessions::SessionBody;
 use super::AppState;
 use crate::domain::event::{now_ms, EventId};
 use crate::sale::catalog::EventView;
@@ -40,6 +41,9 @@ const EVENTS_MAX: usize = 1024;
 pub(crate) struct Availability {
     #[schema(example = "demo", pattern = "^[a-z0-9-]{1,64}$")]
     pub id: String,
+    /// How seats are numbered: `event-wide` (1..total_seats) or `per-level` (each level 1..cap).
+    #[schema(example = "event-wide")]
+    pub seat_numbering: &'static str,
     /// `open`, `closed` or `not_open`, by the server's clock at `now`.
     #[schema(example = "open")]
     pub state: &'static str,
@@ -70,6 +74,9 @@ pub(crate) struct LevelAvailability {
     /// What the level can still admit: its cap less its admissions, at most the event's free seats.
     #[schema(example = 21)]
     pub remaining: i64,
+    /// The level's display name, start and venue, when the event file gives any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionBody>,
 }
 
 /// `GET /api/events/{event}`
@@ -111,6 +118,7 @@ pub(crate) async fn availability(
         Stats::bump(&stats.availability_answered);
         let body = Availability {
             id: view.id.to_string(),
+            seat_numbering: if view.seat_bases.is_empty() { "event-wide" } else { "per-level" },
             state,
             total_seats: view.total_seats,
             remaining: snapshot.free,
@@ -153,7 +161,8 @@ pub(crate) fn level_availability(
         .iter()
         .map(|(level, cap)| {
             let used = taken.get(level.as_str()).copied().unwrap_or(0);
-            (level.to_string(), LevelAvailability { cap: *cap, remaining: (cap - used).clamp(0, free) })
+            let session = view.sessions.get(level).map(SessionBody::from);
+            (level.to_string(), LevelAvailability { cap: *cap, remaining: (cap - used).clamp(0, free), session })
         })
         .collect()
 }
@@ -186,7 +195,7 @@ impl Snapshot {
             view.id, view.total_seats, view.opens_at_ms, view.closes_at_ms, free
         ));
         for (name, level) in &levels {
-            hash.update(format!("|{name}:{}:{}", level.cap, level.remaining));
+            hash.update(format!("|{name}:{}:{}:{:?}", level.cap, level.remaining, level.session));
         }
         let digest = hex::encode(&hash.finalize()[..12]);
         Self { taken_at: Instant::now(), free, levels, digest }

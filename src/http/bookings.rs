@@ -3,12 +3,14 @@
 
 use super::error::{ApiError, ErrorBody};
 use super::refusal_limit::retry_after_seconds;
+use super::sessions::{session_of, SessionBody};
 use super::{AppState, ClientAddr};
 use crate::domain::code::NormalisedCode;
-use crate::domain::event::{now_ms, rfc3339_ms, EventId};
+use crate::domain::event::{now_ms, rfc3339_ms, EventId, LevelName};
 use crate::domain::nonce::Nonce;
 use crate::sale::answer::AnswerStatus;
 use crate::sale::booking::{Booked, BookingRequest, Refusal};
+use crate::sale::catalog::EventView;
 use crate::sale::stats::Stats;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
@@ -79,9 +81,16 @@ pub(crate) struct AdmittedBody {
     /// Always `admitted`.
     #[schema(inline, example = "admitted")]
     status: AnswerStatus,
-    /// Seat number, 1..total_seats.
+    /// The event-wide seat number, 1..total_seats.
     slot: i64,
+    /// The seat as the candidate reads it: with per-level numbering its number in the level's
+    /// room (1..cap), else equal to `slot`.
+    #[schema(example = 7)]
+    seat: i64,
     level: String,
+    /// The level's display name, start and venue, when the event file gives any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<SessionBody>,
     /// RFC 3339; unpaid holds are released then.
     #[schema(example = "2027-03-01T09:15:00.000Z")]
     hold_until: String,
@@ -95,7 +104,7 @@ pub(crate) struct AdmittedBody {
     responses(
         (status = 201, description = "admitted (a same-nonce retry gets the same body); also the honeypot's fake answer", body = AdmittedBody),
         (status = 400, description = "invalid_request: malformed JSON, a body over 4096 bytes, missing, over-long or non-string field, a code that does not normalise, a bad nonce, an unknown level", body = ErrorBody),
-        (status = 403, description = "not_open, closed or not_registered", body = ErrorBody),
+        (status = 403, description = "not_open, closed, not_registered, or not_eligible (the allowlist lets this code book other levels only)", body = ErrorBody),
         (status = 404, description = "not_found: unknown or never opened event", body = ErrorBody),
         (status = 408, description = "body_timeout: the body did not arrive within body-read-timeout-ms", body = ErrorBody),
         (status = 415, description = "unsupported_media_type: the body is not sent as `Content-Type: application/json`; nothing is read or written", body = ErrorBody),
@@ -161,9 +170,17 @@ pub(crate) async fn create(
     if matches!(result, Ok(Answer::Booked(_))) {
         app.edge.admitted_peak.record(now_ms());
     }
+    // The view shows a seat as the candidate reads it; cached, so this costs no Redis read.
+    let view = match &result {
+        Ok(_) | Err(ApiError::Refused(Refusal::AlreadyAdmitted(Some(_)))) => match EventId::parse(&event) {
+            Ok(id) => app.sale.catalog().get(&id).await.ok().flatten(),
+            Err(_) => None,
+        },
+        Err(_) => None,
+    };
     match result {
-        Ok(Answer::Booked(booked) | Answer::Honeypot(booked)) => created(&booked),
-        Err(err) => err.into_response(),
+        Ok(Answer::Booked(booked) | Answer::Honeypot(booked)) => created(&booked, view.as_deref()),
+        Err(err) => err.into_response_for(view.as_deref()),
     }
 }
 
@@ -195,10 +212,12 @@ impl From<ApiError> for Refused {
     }
 }
 
-fn created(b: &Booked) -> Response {
+fn created(b: &Booked, view: Option<&EventView>) -> Response {
     let body = AdmittedBody {
         status: AnswerStatus::Admitted,
         slot: b.slot,
+        seat: view.map_or(b.slot, |v| v.seat(&b.level, b.slot)),
+        session: view.and_then(|v| session_of(v, &b.level)),
         level: b.level.clone(),
         hold_until: rfc3339_ms(b.hold_until_ms),
     };
@@ -262,8 +281,16 @@ async fn fake_admission(app: &AppState, event: &EventId, fields: &Map<String, Va
         Some(Value::String(l)) if l.len() <= 32 => l.clone(),
         _ => view.as_deref().and_then(|v| v.levels.keys().next().map(|l| l.to_string())).unwrap_or_else(|| "A".into()),
     };
+    // A seat in the level's block with per-level numbering, so the fake reads like the real one.
+    let (first, seats) = match view.as_deref() {
+        Some(v) => match LevelName::parse(&level).and_then(|l| Some((v.seat_bases.get(&l)?, v.levels.get(&l)?))) {
+            Some((base, cap)) => (base + 1, *cap),
+            None => (1, seats),
+        },
+        None => (1, seats),
+    };
     Booked {
-        slot: rand::random_range(1..=seats.max(1)),
+        slot: first + rand::random_range(0..seats.max(1)),
         level,
         hold_until_ms: now_ms() + hold_seconds * 1000,
         paid: false,

@@ -8,11 +8,13 @@
 use super::availability::{counts, level_availability};
 use super::error::{ApiError, ErrorBody};
 use super::operator::authorise;
+use super::sessions::SessionBody;
 use super::AppState;
 use crate::domain::event::{now_ms, EventId};
 use crate::redis_io::keys::EVENTS_KEY;
 use crate::sale::latency::BUCKET_BOUNDS_MICROS;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::Html;
 use axum::Json;
@@ -23,8 +25,24 @@ use utoipa::ToSchema;
 
 const OPS_PAGE: &str = include_str!("../../assets/ops.html");
 
-/// Events shown at most, so one summary stays one small answer.
-const EVENTS_MAX: usize = 20;
+/// Events per page of the summary unless `events_limit` says otherwise: each costs a Redis and a
+/// database read, so one summary stays one small answer; the page walks the rest with
+/// `events_after` (every loaded event is reachable, none is cut silently).
+const EVENTS_PAGE_DEFAULT: usize = 20;
+/// Most events one page may ask for.
+const EVENTS_PAGE_MAX: usize = 200;
+
+/// `GET /api/ops/summary`'s query: a page of the loaded events, in id order.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct SummaryQuery {
+    /// Start after this event id (the previous page's `events_next`); absent: the first page.
+    #[param(example = "spring-exam", pattern = "^[a-z0-9-]{1,64}$", max_length = 64)]
+    pub events_after: Option<String>,
+    /// Events on this page, 1-200 (default 20).
+    #[param(minimum = 1, maximum = 200, example = 20)]
+    pub events_limit: Option<usize>,
+}
 
 /// `GET /ops`
 pub(crate) async fn page() -> impl axum::response::IntoResponse {
@@ -43,7 +61,13 @@ pub(crate) struct Summary {
     pub latency: BTreeMap<&'static str, LatencySummary>,
     /// Most admissions this process answered within one second of its clock since it started.
     pub admitted_peak_per_second: u64,
+    /// This page of the loaded events, in id order.
     pub events: Vec<EventFill>,
+    /// How many events are loaded in all.
+    pub events_total: usize,
+    /// The `events_after` of the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events_next: Option<String>,
 }
 
 /// The most admissions answered in one clock second since the process started, so the
@@ -89,6 +113,8 @@ pub(crate) struct EventFill {
     /// `open`, `closed` or `not_open`.
     pub state: &'static str,
     pub total_seats: i64,
+    /// `event-wide` or `per-level`.
+    pub seat_numbering: &'static str,
     /// Seats neither held nor paid.
     pub remaining: i64,
     pub levels: Vec<LevelFill>,
@@ -104,13 +130,18 @@ pub(crate) struct LevelFill {
     pub paid: i64,
     /// What the level can still admit (as the booking page shows it).
     pub remaining: i64,
+    /// The level's display name, start and venue, when the event file gives any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionBody>,
 }
 
 /// `GET /api/ops/summary`
 #[utoipa::path(get, path = "/api/ops/summary", tag = "operator",
     security(("operator_token" = [])),
+    params(SummaryQuery),
     responses(
-        (status = 200, description = "Fill per event and level, this process's counters and latency", body = Summary),
+        (status = 200, description = "Fill per event and level (one page of the loaded events), this process's counters and latency", body = Summary),
+        (status = 400, description = "invalid_request: `events_limit` outside 1-200 or not a number", body = ErrorBody),
         (status = 401, description = "unauthorized: missing or wrong operator token", body = ErrorBody),
         (status = 429, description = "rate_limited: too many wrong tokens from this client address", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds until this address may try again"))),
@@ -121,11 +152,19 @@ pub(crate) async fn summary(
     State(app): State<AppState>,
     client: super::ClientAddr,
     headers: HeaderMap,
+    query: Result<Query<SummaryQuery>, QueryRejection>,
 ) -> Result<Json<Summary>, ApiError> {
     authorise(&app, &headers, &client)?;
+    let Query(query) = query.map_err(|e| ApiError::InvalidRequest(e.body_text()))?;
+    let limit = query.events_limit.unwrap_or(EVENTS_PAGE_DEFAULT);
+    if !(1..=EVENTS_PAGE_MAX).contains(&limit) {
+        return Err(ApiError::InvalidRequest(format!("events_limit must be 1-{EVENTS_PAGE_MAX}")));
+    }
+    let loaded = loaded_events(&app).await?;
+    let (page, events_next) = page_of(&loaded, query.events_after.as_deref(), limit);
     let mut events = Vec::new();
-    for id in open_events(&app).await? {
-        if let Some(fill) = event_fill(&app, &id).await? {
+    for id in page {
+        if let Some(fill) = event_fill(&app, id).await? {
             events.push(fill);
         }
     }
@@ -137,15 +176,33 @@ pub(crate) async fn summary(
         .map(|(outcome, h)| (outcome, latency_summary(&h.snapshot())))
         .collect();
     let admitted_peak_per_second = app.edge.admitted_peak.peak();
-    Ok(Json(Summary { now_ms: now_ms(), counters: stats.snapshot(), latency, admitted_peak_per_second, events }))
+    Ok(Json(Summary {
+        now_ms: now_ms(),
+        counters: stats.snapshot(),
+        latency,
+        admitted_peak_per_second,
+        events,
+        events_total: loaded.len(),
+        events_next,
+    }))
 }
 
-async fn open_events(app: &AppState) -> Result<Vec<EventId>, ApiError> {
+/// Every loaded event id, in order.
+async fn loaded_events(app: &AppState) -> Result<Vec<EventId>, ApiError> {
     let mut conn = app.sale.link().shared().await.map_err(|e| unavailable("redis", &e))?;
-    let mut ids: Vec<String> =
+    let ids: Vec<String> =
         redis::cmd("SMEMBERS").arg(EVENTS_KEY).query_async(&mut conn).await.map_err(|e| unavailable("redis", &e))?;
+    let mut ids: Vec<EventId> = ids.iter().filter_map(|id| EventId::parse(id).ok()).collect();
     ids.sort();
-    Ok(ids.iter().filter_map(|id| EventId::parse(id).ok()).take(EVENTS_MAX).collect())
+    Ok(ids)
+}
+
+/// The ids after `after`, at most `limit` of them, and the cursor of the next page if any.
+fn page_of<'a>(ids: &'a [EventId], after: Option<&str>, limit: usize) -> (&'a [EventId], Option<String>) {
+    let start = after.map_or(0, |after| ids.partition_point(|id| id.as_str() <= after));
+    let end = (start + limit).min(ids.len());
+    let next = (end < ids.len()).then(|| ids[end - 1].to_string());
+    (&ids[start..end], next)
 }
 
 /// None when the event vanished between listing and reading it.
@@ -161,13 +218,22 @@ async fn event_fill(app: &AppState, id: &EventId) -> Result<Option<EventFill>, A
         .into_iter()
         .map(|(name, level)| {
             let counted = rows.get(&name).cloned().unwrap_or_default();
-            LevelFill { cap: level.cap, held: counted.held, paid: counted.paid, remaining: level.remaining, name }
+            let session = level.session.clone();
+            LevelFill {
+                cap: level.cap,
+                held: counted.held,
+                paid: counted.paid,
+                remaining: level.remaining,
+                session,
+                name,
+            }
         })
         .collect();
     Ok(Some(EventFill {
         id: view.id.to_string(),
         state: view.window(now_ms()).as_str(),
         total_seats: view.total_seats,
+        seat_numbering: if view.seat_bases.is_empty() { "event-wide" } else { "per-level" },
         remaining: free,
         levels,
     }))
@@ -195,7 +261,29 @@ fn latency_summary(snapshot: &crate::sale::latency::HistogramSnapshot) -> Latenc
 
 #[cfg(test)]
 mod tests {
-    use super::PeakRate;
+    use super::{page_of, PeakRate};
+    use crate::domain::event::EventId;
+
+    #[test]
+    fn pages_walk_every_event_once_in_order() {
+        let ids: Vec<EventId> = (0..45).map(|i| EventId::parse(&format!("ev-{i:03}")).unwrap()).collect();
+        let mut seen = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let (page, next) = page_of(&ids, after.as_deref(), 20);
+            assert!(page.len() <= 20);
+            seen.extend(page.iter().cloned());
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(seen, ids);
+        let (page, next) = page_of(&ids, Some("ev-043"), 20);
+        assert_eq!((page.len(), next), (1, None));
+        let (page, next) = page_of(&ids, Some("zz"), 20);
+        assert!(page.is_empty() && next.is_none());
+    }
 
     #[test]
     fn the_peak_is_the_busiest_clock_second_so_far() {

@@ -3,9 +3,11 @@
 //! carries the status's stable snake_case string. 500s are logged, never echoed; 503s carry
 //! `Retry-After`.
 
+use super::sessions::{session_of, SessionBody};
 use crate::domain::event::rfc3339_ms;
 use crate::sale::answer::AnswerStatus;
 use crate::sale::booking::Refusal;
+use crate::sale::catalog::EventView;
 use crate::sale::lifecycle::LifecycleError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -29,6 +31,14 @@ pub(crate) struct ErrorBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(example = 7)]
     pub slot: Option<i64>,
+    /// `already_admitted` only: that seat as the candidate reads it: its number in the level's
+    /// room with per-level numbering (`slot` is the event-wide number), else equal to `slot`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = 7)]
+    pub seat: Option<i64>,
+    /// `already_admitted` only: the display fields of that seat's level, when it has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionBody>,
     /// `already_admitted` only: the level of that seat.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(example = "B1")]
@@ -129,6 +139,14 @@ impl ToSchema for AnswerStatus {}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        self.into_response_for(None)
+    }
+}
+
+impl ApiError {
+    /// The answer; with the event's view, an `already_admitted` seat is shown as the candidate
+    /// reads it (its number in the level's room, its session).
+    pub(crate) fn into_response_for(self, view: Option<&EventView>) -> Response {
         let detail = match &self {
             ApiError::InvalidRequest(detail) => Some(detail.clone()),
             ApiError::Refused(Refusal::UnknownLevel(level)) => Some(format!("unknown level {level:?}")),
@@ -146,6 +164,8 @@ impl IntoResponse for ApiError {
             status: self.answer(),
             detail,
             slot: seat.map(|s| s.slot),
+            seat: seat.map(|s| view.map_or(s.slot, |v| v.seat(&s.level, s.slot))),
+            session: seat.zip(view).and_then(|(s, v)| session_of(v, &s.level)),
             level: seat.map(|s| s.level.clone()),
             hold_until: seat.map(|s| rfc3339_ms(s.hold_until_ms)),
         };

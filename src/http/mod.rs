@@ -24,6 +24,7 @@ pub(crate) mod operator;
 mod page;
 pub mod refusal_limit;
 pub mod server;
+pub(crate) mod sessions;
 pub mod support;
 pub mod webhook;
 

@@ -76,7 +76,11 @@ mod tests {
         assert!(doc["paths"][webhook]["post"]["security"].is_null(), "signed, not behind the operator token");
         assert_eq!(statuses(&doc, "/healthz", "get"), set(&["200"]));
         assert_eq!(statuses(&doc, "/readyz", "get"), set(&["200", "503"]));
-        assert_eq!(statuses(&doc, "/api/ops/summary", "get"), set(&["200", "401", "429", "503"]));
+        // 400: a page size outside 1-200.
+        assert_eq!(statuses(&doc, "/api/ops/summary", "get"), set(&["200", "400", "401", "429", "503"]));
+        let params = doc["paths"]["/api/ops/summary"]["get"]["parameters"].as_array().unwrap();
+        let names: BTreeSet<&str> = params.iter().filter_map(|p| p["name"].as_str()).collect();
+        assert_eq!(names, BTreeSet::from(["events_after", "events_limit"]));
         assert_eq!(statuses(&doc, "/metrics", "get"), set(&["200"]));
         assert!(doc["components"]["securitySchemes"]["operator_token"]["scheme"] == "bearer");
         assert!(doc["components"]["schemas"]["ErrorBody"].is_object());

@@ -1,7 +1,8 @@
 //! Reading an allowlist file for `allowlist import`: one code per line, or CSV (RFC 4180, as
 //! spreadsheets export it: quoted fields with commas, a UTF-8 byte-order mark, Windows line
-//! endings) whose header has a `code` column. Codes are normalised and hashed here, so a raw
-//! code goes no further than this function.
+//! endings) whose header has a `code` column, and optionally a `levels` column: the levels that
+//! code may book, separated by spaces, `;` or `|` (empty: any level). Codes are normalised and
+//! hashed here, so a raw code goes no further than this function.
 
 use crate::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 
@@ -9,6 +10,8 @@ use crate::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 pub(super) const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 /// The header (case-insensitive, trimmed) of the column that holds the codes.
 pub(super) const CODE_COLUMN: &str = "code";
+/// The header of the optional column naming the levels a code may book.
+pub(super) const LEVELS_COLUMN: &str = "levels";
 
 /// What an allowlist file held.
 #[derive(Debug, Default)]
@@ -18,6 +21,9 @@ pub struct ParsedAllowlist {
     pub shapes: super::code_strength::Shapes,
     /// (line number, reason) for every line that was not a valid code.
     pub bad_lines: Vec<(u64, String)>,
+    /// With a `levels` column: each code's levels, space-separated (None: any level), in file
+    /// order. None when the file has no such column (import then leaves restrictions alone).
+    pub levels: Option<Vec<(CodeHash, Option<String>)>>,
 }
 
 /// One code per line, or CSV whose first line has a `code` column. Blank lines are skipped; a
@@ -28,6 +34,7 @@ pub fn parse_allowlist(file: &[u8], hasher: &CodeHasher) -> ParsedAllowlist {
     let mut lines = LineCounter::new(file);
     let mut out = ParsedAllowlist::default();
     let mut column = None;
+    let mut levels_column = None;
     for (index, record) in reader.records().enumerate() {
         let record = match record {
             Ok(record) => record,
@@ -41,6 +48,8 @@ pub fn parse_allowlist(file: &[u8], hasher: &CodeHasher) -> ParsedAllowlist {
         if index == 0 {
             column = record.iter().position(|field| field.trim().eq_ignore_ascii_case(CODE_COLUMN));
             if column.is_some() {
+                levels_column = record.iter().position(|field| field.trim().eq_ignore_ascii_case(LEVELS_COLUMN));
+                out.levels = levels_column.map(|_| Vec::new());
                 continue;
             }
         }
@@ -56,8 +65,20 @@ pub fn parse_allowlist(file: &[u8], hasher: &CodeHasher) -> ParsedAllowlist {
             Some("") if record.iter().all(|f| f.trim().is_empty()) => {}
             Some(raw) => match NormalisedCode::parse(raw) {
                 Ok(code) => {
+                    let levels = match levels_column.map(|c| level_list(record.get(c).unwrap_or(""))) {
+                        Some(Err(bad)) => {
+                            out.bad_lines.push((line, bad));
+                            continue;
+                        }
+                        Some(Ok(levels)) => Some(levels),
+                        None => None,
+                    };
                     out.shapes.add(&code);
-                    out.hashes.push(hasher.hash(&code));
+                    let hash = hasher.hash(&code);
+                    if let (Some(all), Some(levels)) = (out.levels.as_mut(), levels) {
+                        all.push((hash.clone(), levels));
+                    }
+                    out.hashes.push(hash);
                 }
                 Err(e) => out.bad_lines.push((line, e.to_string())),
             },
@@ -65,6 +86,21 @@ pub fn parse_allowlist(file: &[u8], hasher: &CodeHasher) -> ParsedAllowlist {
         }
     }
     out
+}
+
+/// A `levels` cell: level names separated by spaces, `;`, `|` or `,`, as one space-separated
+/// sorted list; empty is None (any level). Whether each level exists is checked by the import,
+/// which knows the event.
+fn level_list(cell: &str) -> Result<Option<String>, String> {
+    let mut names = Vec::new();
+    for name in cell.split([' ', ';', '|', ',']).map(str::trim).filter(|n| !n.is_empty()) {
+        let level = crate::domain::event::LevelName::parse(name)
+            .ok_or_else(|| format!("level name {name:?} in the levels column is not a level name"))?;
+        names.push(level.to_string());
+    }
+    names.sort();
+    names.dedup();
+    Ok((!names.is_empty()).then(|| names.join(" ")))
 }
 
 /// Line numbers from byte offsets. The csv reader's own `Position::line` counts a record from the
@@ -164,6 +200,24 @@ mod tests {
     fn line_numbers_count_blank_lines_with_either_ending() {
         assert_eq!(lines(&parse(b"AB-1234\n\n\nx\n")), vec![4]);
         assert_eq!(lines(&parse(b"code\r\nAB-1234\r\n\r\n\r\nx\r\ny\r\n")), vec![5, 6]);
+    }
+
+    #[test]
+    fn a_levels_column_says_which_levels_each_code_may_book() {
+        let parsed = parse(
+            b"name,code,levels\nAda,AB-1234,\"B2-AM; A1\"\nBob,CD-5678,\nEve,EF-9012,\"B 1\"|C1\nZed,GH-3456,bad!\n",
+        );
+        assert_eq!(parsed.hashes, vec![hash("AB-1234"), hash("CD-5678"), hash("EF-9012")]);
+        assert_eq!(
+            parsed.levels,
+            Some(vec![
+                (hash("AB-1234"), Some("A1 B2-AM".to_string())),
+                (hash("CD-5678"), None),
+                (hash("EF-9012"), Some("1 B C1".to_string())),
+            ])
+        );
+        assert_eq!(lines(&parsed), vec![5]);
+        assert!(parse(b"code\nAB-1234\n").levels.is_none(), "no levels column: restrictions are left alone");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! reaper's write on every pass, and a seat number above a shrunk `total_seats` would return to a
 //! pool that no longer has it.
 
-use crate::domain::event::EventSpec;
+use crate::domain::event::{EventSpec, LevelName};
+use crate::domain::session::{bases_from_meta, seat_bases};
 use crate::ops::loader::records_by_level;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::oplock::OperatorLock;
@@ -31,6 +32,16 @@ async fn apply_locked(conn: &mut MultiplexedConnection, store: &Store, spec: &Ev
         Err(StoreError::Refused(why)) => bail!("event {} not changed: {why}", spec.id),
         other => Ok(other?),
     }
+}
+
+/// The per-level seat blocks the loaded event has (`base:LEVEL` in its meta; empty: event-wide).
+async fn loaded_bases(
+    conn: &mut MultiplexedConnection,
+    keys: &EventKeys,
+) -> anyhow::Result<std::collections::BTreeMap<LevelName, i64>> {
+    let meta: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg(&keys.meta).query_async(conn).await?;
+    Ok(bases_from_meta(&meta))
 }
 
 /// Every reason Redis gives to refuse the change; empty when it may go ahead.
@@ -64,6 +75,12 @@ pub async fn redis_refusals(conn: &mut MultiplexedConnection, spec: &EventSpec) 
     }
     if admissions as i64 > spec.total_seats {
         refusals.push(format!("total_seats {} is below the {admissions} admissions in Redis", spec.total_seats));
+    }
+    if admissions > 0 && loaded_bases(conn, &keys).await? != seat_bases(spec.seat_numbering, &spec.levels) {
+        refusals.push(format!(
+            "the change moves the per-level seat blocks (seat_numbering, the levels or their caps) under \
+             {admissions} admissions in Redis, whose seat numbers would change rooms"
+        ));
     }
     Ok(refusals)
 }

@@ -35,6 +35,26 @@ pub async fn import_allowlist(connections: &Connections, event: &str, file: &Pat
     warn_if_unpeppered(&hasher);
     let parsed = parse_allowlist(&bytes, &hasher);
     let store = Store::connect(&connections.database_url).await?;
+    if let Some(levels) = &parsed.levels {
+        // A restriction naming a level the event lacks would lock its code out of every level
+        // it meant: refused whole, before anything is imported.
+        let event = store.event(&id).await?;
+        let unknown: std::collections::BTreeSet<&str> = levels
+            .iter()
+            .filter_map(|(_, l)| l.as_deref())
+            .flat_map(|l| l.split(' '))
+            .filter(|l| !event.spec.levels.keys().any(|known| known.as_str() == *l))
+            .collect();
+        if !unknown.is_empty() {
+            let known: Vec<&str> = event.spec.levels.keys().map(|l| l.as_str()).collect();
+            bail!(
+                "the levels column of {} names levels {id} does not have: {}; its levels are {}. Nothing was imported",
+                file.display(),
+                unknown.into_iter().collect::<Vec<_>>().join(", "),
+                known.join(", ")
+            );
+        }
+    }
     store.set_allowlist_pepper(&id, &hasher.fingerprint()).await?;
     let added = store.import_allowlist(&id, &parsed.hashes).await?;
     println!(
@@ -42,6 +62,11 @@ pub async fn import_allowlist(connections: &Connections, event: &str, file: &Pat
         parsed.hashes.len(),
         parsed.hashes.len() as u64 - added
     );
+    if let Some(levels) = &parsed.levels {
+        store.set_allowed_levels(&id, levels).await?;
+        let restricted = levels.iter().filter(|(_, l)| l.is_some()).count();
+        println!("levels column: {restricted} codes may book only the levels named there, the others any level");
+    }
     for (line, why) in parsed.bad_lines.iter().take(50) {
         eprintln!("{}:{line}: {why}", file.display());
     }

@@ -8,10 +8,12 @@
 use super::allowlist_file::UTF8_BOM;
 use super::candidates_file::{parse_candidates, Candidates};
 use crate::domain::code::CodeHasher;
-use crate::domain::event::EventId;
+use crate::domain::event::{EventId, LevelName};
+use crate::domain::session::{seat_bases, seat_in_level};
 use crate::http::availability::rfc3339_millis;
 use crate::store::{ExportRow, Store};
 use anyhow::{bail, Context};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// seatrush's own columns, in this order, before the operator's.
@@ -39,7 +41,9 @@ pub async fn export_csv(
     codes: Option<&Path>,
     hasher: &CodeHasher,
 ) -> anyhow::Result<(Vec<u8>, ExportSummary)> {
-    store.event(id).await?;
+    let event = store.event(id).await?;
+    // `seat` is the seat in the level's room with per-level numbering (docs/design.md#seat-numbering).
+    let bases = seat_bases(event.spec.seat_numbering, &event.spec.levels);
     let candidates = match codes {
         None => Candidates::default(),
         Some(path) => {
@@ -69,7 +73,7 @@ pub async fn export_csv(
         for row in &rows {
             let theirs = candidates.by_hash.get(&row.code);
             summary.joined += usize::from(theirs.is_some());
-            let fields = ours(row).into_iter().chain(theirs.unwrap_or(&blank).iter().map(|f| defused(f)));
+            let fields = ours(row, &bases).into_iter().chain(theirs.unwrap_or(&blank).iter().map(|f| defused(f)));
             writer.write_record(fields)?;
         }
         writer.flush()?;
@@ -80,12 +84,12 @@ pub async fn export_csv(
     Ok((out, summary))
 }
 
-fn ours(row: &ExportRow) -> Vec<String> {
+fn ours(row: &ExportRow, bases: &BTreeMap<LevelName, i64>) -> Vec<String> {
     let time = |ms: Option<i64>| ms.map(rfc3339_millis).unwrap_or_default();
     vec![
         row.code.as_str().to_owned(),
         row.level.clone(),
-        row.slot.to_string(),
+        seat_in_level(bases, &row.level, row.slot).to_string(),
         row.state.clone(),
         time(Some(row.admitted_ms)),
         time(Some(row.hold_until_ms)),

@@ -16,6 +16,7 @@
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::{now_ms, EventId};
+use crate::domain::session::seat_bases;
 use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
 use crate::redis_io::oplock::OperatorLock;
 use crate::redis_io::primary_settings::{check_primary, SettingsWarnings};
@@ -83,6 +84,7 @@ struct Staged {
     free: String,
     taken: String,
     adm: String,
+    levels: String,
 }
 
 impl Staged {
@@ -93,11 +95,12 @@ impl Staged {
             free: EventKeys::staged(&keys.free, &run),
             taken: EventKeys::staged(&keys.taken, &run),
             adm: EventKeys::staged(&keys.adm, &run),
+            levels: EventKeys::staged(&keys.levels, &run),
         }
     }
 
-    fn all(&self) -> [&String; 4] {
-        [&self.allow, &self.free, &self.taken, &self.adm]
+    fn all(&self) -> [&String; 5] {
+        [&self.allow, &self.free, &self.taken, &self.adm, &self.levels]
     }
 }
 
@@ -244,6 +247,7 @@ async fn stage_and_switch(
     lock: &OperatorLock,
 ) -> anyhow::Result<i64> {
     let allowlist = stage_allowlist(conn, store, &event.spec.id, &staged.allow).await?;
+    stage_allowed_levels(conn, store, &event.spec.id, &staged.levels).await?;
     let staged_allow: i64 = redis::cmd("SCARD").arg(&staged.allow).query_async(conn).await?;
     if staged_allow != allowlist {
         bail!("allowlist count check failed: database has {allowlist} codes, the staged copy {staged_allow}; nothing was switched, run open again");
@@ -284,6 +288,30 @@ async fn stage_allowlist(
         bail!("allowlist changed while loading ({count} read, {expected} now); run open again");
     }
     Ok(count)
+}
+
+/// The levels each restricted code may book (`{ev:ID}:levels`); nothing staged when no code is.
+async fn stage_allowed_levels(
+    conn: &mut MultiplexedConnection,
+    store: &Store,
+    id: &EventId,
+    staged: &str,
+) -> anyhow::Result<()> {
+    let mut after = String::new();
+    let mut stager = Stager::new(conn);
+    loop {
+        let page = store.allowed_levels_page(id, &after, LOAD_BATCH_MAX as i64).await?;
+        let Some((last, _)) = page.last() else { break };
+        after = last.clone();
+        let mut hset = redis::cmd("HSET");
+        hset.arg(staged);
+        for (code, levels) in &page {
+            hset.arg(code).arg(levels);
+        }
+        stager.send(hset).await.context("staging the allowed levels")?;
+    }
+    stager.finish().await.context("staging the allowed levels")?;
+    Ok(())
 }
 
 /// The seat pool, counters and records, from the database's held and paid rows.
@@ -372,6 +400,8 @@ async fn switch(
         &keys.adm,
         &staged.adm,
         &keys.pending,
+        &keys.levels,
+        &staged.levels,
     ]
     .map(String::as_str);
     let mut args: Vec<String> = vec![
@@ -385,9 +415,16 @@ async fn switch(
         spec.closes_at_ms.map(|c| c.to_string()).unwrap_or_default(),
         uuid::Uuid::new_v4().simple().to_string(),
         now_ms().to_string(),
+        if spec.sessions.is_empty() {
+            String::new()
+        } else {
+            serde_json::to_string(&spec.sessions.iter().map(|(l, s)| (l.as_str(), s)).collect::<BTreeMap<_, _>>())?
+        },
     ];
+    let bases = seat_bases(spec.seat_numbering, &spec.levels);
     for (level, cap) in &spec.levels {
-        args.extend([level.as_str().to_owned(), cap.to_string()]);
+        let base = bases.get(level).map(i64::to_string).unwrap_or_default();
+        args.extend([level.as_str().to_owned(), cap.to_string(), base]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let switched: i64 = scripts::run_as(conn, &script, &script.call(&keys, &args))

@@ -28,6 +28,9 @@ pub struct EventKeys {
     pub syncs: String,
     /// string: the operator command that holds the event (owner), with an expiry
     pub lock: String,
+    /// hash: code hash -> the levels it may book, space-separated; only codes the allowlist
+    /// restricts (absent when none is)
+    pub levels: String,
 }
 
 impl EventKeys {
@@ -43,6 +46,7 @@ impl EventKeys {
             pending: format!("{tag}:pending"),
             syncs: format!("{tag}:syncs"),
             lock: format!("{tag}:lock"),
+            levels: format!("{tag}:levels"),
         }
     }
 
@@ -70,6 +74,7 @@ mod tests {
             &keys.pending,
             &keys.syncs,
             &keys.lock,
+            &keys.levels,
         ] {
             assert!(key.starts_with("{ev:spring-exam}:"), "{key}");
         }

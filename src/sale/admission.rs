@@ -31,7 +31,7 @@ impl Sale {
         }
         // A retry is recognised before a gate refuses it: its 201 may have been lost just before
         // `close` or an allowlist change. Only this nonce's admission may answer it then.
-        let gate = self.gate(&view, &req.code).await?;
+        let gate = self.gate(&view, req).await?;
         if let Some(refusal) = &gate {
             if !self.admitted_with_nonce(&view, req).await? {
                 return Err(refusal.clone());
@@ -60,14 +60,35 @@ impl Sale {
         self.persist(&view, admission).await
     }
 
-    /// The window and allowlist gates: the refusal they would give, if any.
-    async fn gate(&self, view: &EventView, code: &CodeHash) -> Result<Option<Refusal>, Refusal> {
+    /// The window, allowlist and level-eligibility gates: the refusal they would give, if any.
+    async fn gate(&self, view: &EventView, req: &BookingRequest) -> Result<Option<Refusal>, Refusal> {
         match view.window(now_ms()) {
             Window::NotOpen => return Ok(Some(Refusal::NotOpen)),
             Window::Closed => return Ok(Some(Refusal::Closed)),
             Window::Open => {}
         }
-        Ok((!self.allowed(view, code).await?).then_some(Refusal::NotRegistered))
+        if !self.allowed(view, &req.code).await? {
+            return Ok(Some(Refusal::NotRegistered));
+        }
+        Ok((!self.eligible(view, req).await?).then_some(Refusal::NotEligible))
+    }
+
+    /// True unless the allowlist restricts this code to other levels. Only an event whose
+    /// allowlist restricts some code costs the read (`restricted` in its meta), one `HGET`.
+    async fn eligible(&self, view: &EventView, req: &BookingRequest) -> Result<bool, Refusal> {
+        if !view.restricted {
+            return Ok(true);
+        }
+        let mut conn = self.link.shared().await.map_err(|e| self.redis_failed(e))?;
+        let levels: Result<Option<String>, RedisError> =
+            redis::cmd("HGET").arg(&view.keys.levels).arg(req.code.as_str()).query_async(&mut conn).await;
+        match levels {
+            Ok(levels) => Ok(levels.is_none_or(|l| l.split(' ').any(|level| level == req.level))),
+            Err(e) => {
+                self.link.report(&e).await;
+                Err(self.redis_failed(e))
+            }
+        }
     }
 
     async fn allowed(&self, view: &EventView, code: &CodeHash) -> Result<bool, Refusal> {

@@ -56,6 +56,8 @@ answer_statuses! {
     Closed = "closed", 403;
     /// The code is not on the event's allowlist.
     NotRegistered = "not_registered", 403;
+    /// The code is on the allowlist for other levels only (the `levels` column of its CSV).
+    NotEligible = "not_eligible", 403;
     /// Unknown (or never opened) event, or no booking for this code.
     NotFound = "not_found", 404;
     /// The code holds a seat already.

@@ -30,6 +30,8 @@ pub enum Refusal {
     Closed,
     #[error("this code is not registered for the event")]
     NotRegistered,
+    #[error("this code may not book this level")]
+    NotEligible,
     /// The code holds a seat under another nonce: which one, when the database could say.
     #[error("this code already holds a seat")]
     AlreadyAdmitted(Option<Booked>),
@@ -51,6 +53,7 @@ impl Refusal {
             Refusal::NotOpen => AnswerStatus::NotOpen,
             Refusal::Closed => AnswerStatus::Closed,
             Refusal::NotRegistered => AnswerStatus::NotRegistered,
+            Refusal::NotEligible => AnswerStatus::NotEligible,
             Refusal::AlreadyAdmitted(_) => AnswerStatus::AlreadyAdmitted,
             Refusal::LevelFull => AnswerStatus::LevelFull,
             Refusal::SoldOut => AnswerStatus::SoldOut,

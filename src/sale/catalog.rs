@@ -8,6 +8,7 @@
 //! cache entry. Only loaded events get a cached view, at most [`CATALOG_EVENTS_MAX`] of them.
 
 use crate::domain::event::{EventId, LevelName};
+use crate::domain::session::{bases_from_meta, seat_in_level, Session};
 use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
 use crate::redis_io::link::RedisLink;
 use redis::RedisResult;
@@ -35,6 +36,13 @@ pub struct EventView {
     /// `close` ran.
     pub closed: bool,
     pub levels: BTreeMap<LevelName, i64>,
+    /// With per-level seat numbering, each level's block offset (`base:LEVEL` in the meta); empty
+    /// for event-wide numbering.
+    pub seat_bases: BTreeMap<LevelName, i64>,
+    /// What is shown of the levels that have display fields.
+    pub sessions: Arc<BTreeMap<LevelName, Session>>,
+    /// The allowlist restricts some codes to some levels (`{ev:ID}:levels` exists).
+    pub restricted: bool,
     /// Stamped by each `open`; a new value means the allowlist in Redis was replaced.
     pub allow_version: Option<String>,
 }
@@ -58,6 +66,20 @@ impl Window {
 }
 
 impl EventView {
+    /// The seat a candidate is shown for an event-wide seat number: its place in the level's
+    /// block with per-level numbering (docs/design.md#seat-numbering).
+    pub fn seat(&self, level: &str, slot: i64) -> i64 {
+        seat_in_level(&self.seat_bases, level, slot)
+    }
+
+    /// The seats a level's candidate may be shown: its cap with per-level numbering.
+    pub fn seats_of(&self, level: &str) -> i64 {
+        match LevelName::parse(level) {
+            Some(l) if self.seat_bases.contains_key(&l) => self.levels.get(&l).copied().unwrap_or(self.total_seats),
+            _ => self.total_seats,
+        }
+    }
+
     pub fn window(&self, now_ms: i64) -> Window {
         if self.closed || self.closes_at_ms.is_some_and(|c| now_ms >= c) {
             Window::Closed
@@ -202,8 +224,18 @@ fn view_from(
         closes_at_ms: int("closes_at_ms"),
         closed: meta.get("state").is_some_and(|s| s == "closed"),
         levels: caps.into_iter().filter_map(|(name, cap)| Some((LevelName::parse(&name)?, cap))).collect(),
+        seat_bases: bases_from_meta(meta),
+        sessions: Arc::new(sessions_from(meta.get("sessions"))),
+        restricted: meta.get("restricted").is_some_and(|r| r == "1"),
         allow_version: meta.get("allow_version").cloned(),
     })
+}
+
+/// The `sessions` meta field `open` wrote; display only, so a field that does not parse shows
+/// nothing rather than refusing the event.
+fn sessions_from(json: Option<&String>) -> BTreeMap<LevelName, Session> {
+    let parsed: BTreeMap<String, Session> = json.and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default();
+    parsed.into_iter().filter_map(|(name, s)| Some((LevelName::parse(&name)?, s))).collect()
 }
 
 #[cfg(test)]
@@ -221,6 +253,9 @@ mod tests {
             closes_at_ms: closes,
             closed,
             levels: BTreeMap::new(),
+            seat_bases: BTreeMap::new(),
+            sessions: Arc::default(),
+            restricted: false,
             allow_version: None,
         }
     }

@@ -4,6 +4,7 @@ use super::columns::HOLDS_SEAT;
 use super::{on_pool, Store, StoreError};
 use crate::domain::code::CodeHash;
 use crate::domain::event::{EventId, EventSpec, LevelName};
+use crate::domain::session::{seat_bases, SeatNumbering, Session};
 use std::collections::BTreeMap;
 
 /// Code hashes per INSERT when importing; keeps each statement well under both backends'
@@ -12,7 +13,9 @@ const IMPORT_BATCH_ROWS: usize = 5_000;
 
 /// An `events` row as `query_as` decodes it: total_seats, hold_seconds, opens_at_ms,
 /// closes_at_ms, state.
-type EventRow = (i64, i64, Option<i64>, Option<i64>, String, Option<String>);
+type EventRow = (i64, i64, Option<i64>, Option<i64>, String, Option<String>, String);
+/// A `levels` row: name, cap, display name, starts_at_ms, venue.
+type LevelRow = (String, i64, Option<String>, Option<i64>, Option<String>);
 
 /// An event as the database holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,13 +47,35 @@ impl Store {
                     spec.total_seats
                 )));
             }
+            if state.is_some() {
+                // Per-level blocks follow from the caps and the level names: once any booking has a
+                // seat number, moving a block would move that candidate to another room.
+                let numbering: (String,) = sqlx::query_as("SELECT seat_numbering FROM events WHERE id = $1")
+                    .bind(id).fetch_one(&mut *tx).await?;
+                let caps: Vec<(String, i64)> = sqlx::query_as("SELECT name, cap FROM levels WHERE event_id = $1")
+                    .bind(id).fetch_all(&mut *tx).await?;
+                let caps = caps.into_iter().filter_map(|(n, c)| Some((LevelName::parse(&n)?, c))).collect();
+                let before = seat_bases(SeatNumbering::parse(&numbering.0).unwrap_or_default(), &caps);
+                if before != seat_bases(spec.seat_numbering, &spec.levels) {
+                    let (rows,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM bookings WHERE event_id = $1")
+                        .bind(id).fetch_one(&mut *tx).await?;
+                    if rows > 0 {
+                        return Err(StoreError::Refused(format!(
+                            "the change moves the per-level seat blocks (seat_numbering, the levels or their caps) \
+                             and {rows} bookings already have seat numbers in them"
+                        )));
+                    }
+                }
+            }
             sqlx::query(
-                "INSERT INTO events (id, total_seats, hold_seconds, opens_at_ms, closes_at_ms, payment_url) VALUES ($1, $2, $3, $4, $5, $6)
+                "INSERT INTO events (id, total_seats, hold_seconds, opens_at_ms, closes_at_ms, payment_url, seat_numbering)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
                  ON CONFLICT (id) DO UPDATE SET total_seats = excluded.total_seats, hold_seconds = excluded.hold_seconds,
-                 opens_at_ms = excluded.opens_at_ms, closes_at_ms = excluded.closes_at_ms, payment_url = excluded.payment_url",
+                 opens_at_ms = excluded.opens_at_ms, closes_at_ms = excluded.closes_at_ms, payment_url = excluded.payment_url,
+                 seat_numbering = excluded.seat_numbering",
             )
             .bind(id).bind(spec.total_seats).bind(spec.hold_seconds).bind(spec.opens_at_ms).bind(spec.closes_at_ms)
-            .bind(&spec.payment_url)
+            .bind(&spec.payment_url).bind(spec.seat_numbering.as_str())
             .execute(&mut *tx).await.map_err(|e| refusal(e, "total_seats is below the seats already booked"))?;
             let existing: Vec<(String, i64)> = sqlx::query_as("SELECT name, taken FROM levels WHERE event_id = $1")
                 .bind(id).fetch_all(&mut *tx).await?;
@@ -64,11 +89,13 @@ impl Store {
                 sqlx::query("DELETE FROM levels WHERE event_id = $1 AND name = $2").bind(id).bind(&name).execute(&mut *tx).await?;
             }
             for (level, cap) in &spec.levels {
+                let session = spec.sessions.get(level).cloned().unwrap_or_default();
                 sqlx::query(
-                    "INSERT INTO levels (event_id, name, cap) VALUES ($1, $2, $3)
-                     ON CONFLICT (event_id, name) DO UPDATE SET cap = excluded.cap",
+                    "INSERT INTO levels (event_id, name, cap, display_name, starts_at_ms, venue) VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (event_id, name) DO UPDATE SET cap = excluded.cap, display_name = excluded.display_name,
+                     starts_at_ms = excluded.starts_at_ms, venue = excluded.venue",
                 )
-                .bind(id).bind(level.as_str()).bind(cap)
+                .bind(id).bind(level.as_str()).bind(cap).bind(session.name).bind(session.starts_at_ms).bind(session.venue)
                 .execute(&mut *tx).await.map_err(|e| refusal(e, &format!("cap of {level} is below its bookings")))?;
             }
             tx.commit().await?;
@@ -79,15 +106,28 @@ impl Store {
     pub async fn event(&self, id: &EventId) -> Result<StoredEvent, StoreError> {
         on_pool!(self, pool => {
             let row: Option<EventRow> = sqlx::query_as(
-                "SELECT total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url FROM events WHERE id = $1",
+                "SELECT total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url, seat_numbering
+                 FROM events WHERE id = $1",
             ).bind(id.as_str()).fetch_optional(pool).await?;
-            let (total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url) =
+            let (total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url, numbering) =
                 row.ok_or_else(|| StoreError::UnknownEvent(id.to_string()))?;
-            let levels: Vec<(String, i64)> = sqlx::query_as("SELECT name, cap FROM levels WHERE event_id = $1 ORDER BY name")
-                .bind(id.as_str()).fetch_all(pool).await?;
-            let levels: BTreeMap<LevelName, i64> =
-                levels.into_iter().filter_map(|(name, cap)| Some((LevelName::parse(&name)?, cap))).collect();
-            let spec = EventSpec { id: id.clone(), total_seats, hold_seconds, opens_at_ms, closes_at_ms, levels, payment_url };
+            let rows: Vec<LevelRow> = sqlx::query_as(
+                "SELECT name, cap, display_name, starts_at_ms, venue FROM levels WHERE event_id = $1 ORDER BY name",
+            ).bind(id.as_str()).fetch_all(pool).await?;
+            let mut levels = BTreeMap::new();
+            let mut sessions = BTreeMap::new();
+            for (name, cap, display_name, starts_at_ms, venue) in rows {
+                let Some(level) = LevelName::parse(&name) else { continue };
+                let session = Session { name: display_name, starts_at_ms, venue };
+                if !session.is_empty() {
+                    sessions.insert(level.clone(), session);
+                }
+                levels.insert(level, cap);
+            }
+            let spec = EventSpec {
+                id: id.clone(), total_seats, hold_seconds, opens_at_ms, closes_at_ms, levels, sessions,
+                seat_numbering: SeatNumbering::parse(&numbering).unwrap_or_default(), payment_url,
+            };
             Ok(StoredEvent { spec, state })
         })
     }
@@ -127,6 +167,40 @@ impl Store {
             tx.commit().await?;
         });
         Ok(added)
+    }
+
+    /// Sets the levels each code may book (space-separated; None: any level), from an allowlist
+    /// file's `levels` column. Codes not on the allowlist are skipped.
+    pub async fn set_allowed_levels(
+        &self,
+        id: &EventId,
+        levels: &[(CodeHash, Option<String>)],
+    ) -> Result<(), StoreError> {
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            for (hash, allowed) in levels {
+                sqlx::query("UPDATE allowlist SET levels = $3 WHERE event_id = $1 AND code_hash = $2")
+                    .bind(id.as_str()).bind(hash.as_str()).bind(allowed).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// One page of the codes the allowlist restricts to some levels, in hash order after
+    /// `after`: (code hash, levels space-separated).
+    pub async fn allowed_levels_page(
+        &self,
+        id: &EventId,
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        on_pool!(self, pool => {
+            Ok(sqlx::query_as(
+                "SELECT code_hash, levels FROM allowlist WHERE event_id = $1 AND levels IS NOT NULL AND code_hash > $2
+                 ORDER BY code_hash LIMIT $3",
+            ).bind(id.as_str()).bind(after).bind(limit).fetch_all(pool).await?)
+        })
     }
 
     /// The fingerprint of the pepper the event's allowlist was hashed with (None before the

@@ -4,6 +4,7 @@
 use seatrush::demo::redis_server::{RedisOptions, RedisServer};
 use seatrush::domain::code::{CodeHash, CodeHasher, NormalisedCode};
 use seatrush::domain::event::{EventId, EventSpec, LevelName};
+use seatrush::domain::session::{SeatNumbering, Session};
 use seatrush::http::EdgeSettings;
 use seatrush::ops::settings::{Connections, ServeSettings};
 use seatrush::ops::{self, loader, Reaper};
@@ -34,6 +35,10 @@ pub struct AppOptions {
     pub backend: Backend,
     pub seats: i64,
     pub levels: Vec<(&'static str, i64)>,
+    /// Display fields of levels (`[levels.NAME]` tables), and how seats are numbered; with
+    /// per-level numbering `seats` should be the sum of the caps.
+    pub sessions: Vec<(&'static str, Session)>,
+    pub seat_numbering: SeatNumbering,
     pub codes: usize,
     pub hold_seconds: i64,
     pub opens_at_ms: Option<i64>,
@@ -55,6 +60,8 @@ impl Default for AppOptions {
             backend: Backend::Sqlite,
             seats: 10,
             levels: vec![("A1", 5), ("B1", 8)],
+            sessions: Vec::new(),
+            seat_numbering: SeatNumbering::EventWide,
             codes: 50,
             hold_seconds: 900,
             opens_at_ms: None,
@@ -110,6 +117,8 @@ pub fn spec(options: &AppOptions) -> EventSpec {
         opens_at_ms: options.opens_at_ms,
         closes_at_ms: options.closes_at_ms,
         levels: options.levels.iter().map(|(l, c)| (LevelName::parse(l).unwrap(), *c)).collect::<BTreeMap<_, _>>(),
+        sessions: options.sessions.iter().map(|(l, s)| (LevelName::parse(l).unwrap(), s.clone())).collect(),
+        seat_numbering: options.seat_numbering,
         payment_url: None,
     }
 }

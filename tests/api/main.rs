@@ -27,5 +27,6 @@ mod refusal_limit;
 mod schema;
 mod scripts;
 mod secrecy;
+mod sessions;
 mod support;
 mod tls;

@@ -98,6 +98,7 @@ async fn the_switch_installs_nothing_without_the_lock_or_after_the_event_changed
             .key(&k.free)
             .key("{ev:exam}:free:staged:t");
         inv.key(&k.taken).key("{ev:exam}:taken:staged:t").key(&k.adm).key("{ev:exam}:adm:staged:t").key(&k.pending);
+        inv.key(&k.levels).key("{ev:exam}:levels:staged:t");
         inv.arg(owner)
             .arg(mode)
             .arg(generation)
@@ -108,8 +109,10 @@ async fn the_switch_installs_nothing_without_the_lock_or_after_the_event_changed
             .arg("")
             .arg("v-test")
             .arg(1)
+            .arg("")
             .arg("A1")
-            .arg(5);
+            .arg(5)
+            .arg("");
         inv
     };
     let mut c = conn(&app).await;

@@ -78,9 +78,14 @@ fn record_text(r: &Record) -> String {
 
 /// A random keyspace; each code holds a record with probability `held`.
 fn random_state(rng: &mut StdRng, held: f64) -> (Redis, Vec<u8>) {
-    let seats = rng.random_range(1..=SEATS_MAX);
     let caps: Vec<u8> = (0..LEVELS).map(|_| rng.random_range(0..=2)).collect();
+    // Half the cases number seats per level: each level its block, the blocks filling the event.
+    let per_level = rng.random_bool(0.5);
+    let seats = if per_level { caps.iter().sum::<u8>().max(1) } else { rng.random_range(1..=SEATS_MAX) };
     let mut redis = Redis::opened(CODES as usize, LEVELS as usize, seats);
+    if per_level {
+        redis.bases = caps.iter().scan(0, |next, cap| Some(std::mem::replace(next, *next + cap))).collect();
+    }
     redis.free = rng.random_range(0..(1u16 << seats));
     for c in 0..CODES {
         if rng.random_bool(held) {
@@ -224,6 +229,9 @@ fn load(keys: &mut Keys, redis: &Redis, caps: &[u8]) {
     pipe.cmd("SET").arg(&keys.syncs).arg(0).ignore();
     pipe.cmd("SET").arg(&keys.lock).arg(LOCK_OWNER).ignore();
     pipe.cmd("HSET").arg(&keys.meta).arg("state").arg(if redis.closed { "closed" } else { "open" }).ignore();
+    for (l, base) in redis.bases.iter().enumerate() {
+        pipe.cmd("HSET").arg(&keys.meta).arg(format!("base:{}", level(l as u8))).arg(base).ignore();
+    }
     pipe.query::<()>(&mut keys.conn).expect("load the case into Redis");
 }
 
@@ -305,6 +313,11 @@ fn read_back(keys: &mut Keys) -> Redis {
     let mut redis = Redis::opened(CODES as usize, LEVELS as usize, 1);
     let state: Option<String> = redis::cmd("HGET").arg(&keys.meta).arg("state").query(&mut keys.conn).expect("HGET");
     redis.closed = state.as_deref() == Some("closed");
+    for l in 0..LEVELS {
+        let base: Option<u8> =
+            redis::cmd("HGET").arg(&keys.meta).arg(format!("base:{}", level(l))).query(&mut keys.conn).expect("HGET");
+        redis.bases.extend(base);
+    }
     redis.free = free.iter().fold(0, |bits, &seat| bits | 1 << (seat - 1));
     redis.pending = pending.iter().fold(0, |bits, c| bits | 1 << code_of(c));
     for (name, text) in adm {

@@ -29,6 +29,9 @@ pub struct Redis {
     /// `{ev:ID}:meta`'s state is "closed" (the window's other ends, `opens_at` and `closes_at`,
     /// take the same branch of admit.lua and are left out with time).
     pub closed: bool,
+    /// Per-level seat numbering: the `base:LEVEL` fields of `{ev:ID}:meta`, by level; level `l`
+    /// takes only seats `bases[l] + 1 ..= bases[l] + cap`. Empty: event-wide numbering.
+    pub bases: Vec<u8>,
 }
 
 /// What a script call did to the keyspace, which decides what reaches the replication stream.
@@ -110,6 +113,7 @@ impl Redis {
             free: (1u16 << seats) - 1,
             pending: 0,
             closed: false,
+            bases: Vec::new(),
         }
     }
 
@@ -145,7 +149,8 @@ impl Redis {
     }
 
     /// admit.lua: the same nonce gets its original admission back (rewritten, so a later WAIT
-    /// covers it), another nonce -1, then the level cap -3, then a free seat -2, then admit.
+    /// covers it), another nonce -1, then the level cap -3, then a free seat -2 (of the level's
+    /// block with per-level numbering), then admit the lowest.
     /// `retry_only`: anything but the first answer is -4.
     #[allow(clippy::too_many_arguments)] // admit.lua's arguments, one each, as the script takes them
     pub fn admit(
@@ -180,10 +185,15 @@ impl Redis {
         if self.taken[level as usize] >= cap {
             return (AdmitReply::LevelFull, Write::Nothing);
         }
-        if self.free == 0 {
+        // The seats this level may take: its block with per-level numbering, else all.
+        let block = match self.bases.get(level as usize) {
+            Some(&base) => (((1u32 << cap) - 1) << base) as u16,
+            None => u16::MAX,
+        };
+        if self.free & block == 0 {
             return (AdmitReply::SoldOut, Write::Nothing);
         }
-        let seat = self.free.trailing_zeros() as u8;
+        let seat = (self.free & block).trailing_zeros() as u8;
         self.free &= !(1 << seat);
         self.taken[level as usize] += 1;
         let record = Record { nonce, aid, slot: seat + 1, level };

@@ -52,6 +52,8 @@ pub fn bench_spec(event: &str, seats: i64, levels: &[String]) -> anyhow::Result<
         opens_at_ms: None,
         closes_at_ms: None,
         levels,
+        sessions: BTreeMap::new(),
+        seat_numbering: Default::default(),
         payment_url: None,
     })
 }

@@ -138,6 +138,8 @@ fn spec(seats: i64, hold_seconds: i64) -> EventSpec {
         opens_at_ms: None,
         closes_at_ms: None,
         levels: BTreeMap::from([(level("A1"), seats * 2 / 5), (level("B1"), seats * 3 / 5), (level("C1"), seats / 3)]),
+        sessions: BTreeMap::new(),
+        seat_numbering: Default::default(),
         payment_url: None,
     }
 }
