@@ -40,6 +40,7 @@ fn demo_spec(seats: i64) -> EventSpec {
         closes_at_ms: None,
         levels: BTreeMap::from([(level("A1"), seats / 2), (level("B1"), seats / 2), (level("C1"), seats / 3)]),
         payment_url: None,
+        fair_start_seconds: 0,
     }
 }
 

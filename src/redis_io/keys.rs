@@ -28,6 +28,15 @@ pub struct EventKeys {
     pub syncs: String,
     /// string: the operator command that holds the event (owner), with an expiry
     pub lock: String,
+    /// hash: the draw at the opening: decides_at_ms, commitment, secret, state
+    /// (docs/design.md#the-draw-at-the-opening)
+    pub draw: String,
+    /// hash: code hash -> "nonce level", the draw's entries
+    pub entries: String,
+    /// hash: code hash -> "rank outcome", the entries the draw decided
+    pub drawn: String,
+    /// string: the serve running the draw (owner), with an expiry
+    pub drawlock: String,
 }
 
 impl EventKeys {
@@ -43,6 +52,10 @@ impl EventKeys {
             pending: format!("{tag}:pending"),
             syncs: format!("{tag}:syncs"),
             lock: format!("{tag}:lock"),
+            draw: format!("{tag}:draw"),
+            entries: format!("{tag}:entries"),
+            drawn: format!("{tag}:drawn"),
+            drawlock: format!("{tag}:drawlock"),
         }
     }
 
@@ -70,6 +83,10 @@ mod tests {
             &keys.pending,
             &keys.syncs,
             &keys.lock,
+            &keys.draw,
+            &keys.entries,
+            &keys.drawn,
+            &keys.drawlock,
         ] {
             assert!(key.starts_with("{ev:spring-exam}:"), "{key}");
         }

@@ -12,7 +12,7 @@ const IMPORT_BATCH_ROWS: usize = 5_000;
 
 /// An `events` row as `query_as` decodes it: total_seats, hold_seconds, opens_at_ms,
 /// closes_at_ms, state.
-type EventRow = (i64, i64, Option<i64>, Option<i64>, String, Option<String>);
+type EventRow = (i64, i64, Option<i64>, Option<i64>, String, Option<String>, i64);
 
 /// An event as the database holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,12 +45,13 @@ impl Store {
                 )));
             }
             sqlx::query(
-                "INSERT INTO events (id, total_seats, hold_seconds, opens_at_ms, closes_at_ms, payment_url) VALUES ($1, $2, $3, $4, $5, $6)
+                "INSERT INTO events (id, total_seats, hold_seconds, opens_at_ms, closes_at_ms, payment_url, fair_start_seconds) VALUES ($1, $2, $3, $4, $5, $6, $7)
                  ON CONFLICT (id) DO UPDATE SET total_seats = excluded.total_seats, hold_seconds = excluded.hold_seconds,
-                 opens_at_ms = excluded.opens_at_ms, closes_at_ms = excluded.closes_at_ms, payment_url = excluded.payment_url",
+                 opens_at_ms = excluded.opens_at_ms, closes_at_ms = excluded.closes_at_ms, payment_url = excluded.payment_url,
+                 fair_start_seconds = excluded.fair_start_seconds",
             )
             .bind(id).bind(spec.total_seats).bind(spec.hold_seconds).bind(spec.opens_at_ms).bind(spec.closes_at_ms)
-            .bind(&spec.payment_url)
+            .bind(&spec.payment_url).bind(spec.fair_start_seconds)
             .execute(&mut *tx).await.map_err(|e| refusal(e, "total_seats is below the seats already booked"))?;
             let existing: Vec<(String, i64)> = sqlx::query_as("SELECT name, taken FROM levels WHERE event_id = $1")
                 .bind(id).fetch_all(&mut *tx).await?;
@@ -79,15 +80,15 @@ impl Store {
     pub async fn event(&self, id: &EventId) -> Result<StoredEvent, StoreError> {
         on_pool!(self, pool => {
             let row: Option<EventRow> = sqlx::query_as(
-                "SELECT total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url FROM events WHERE id = $1",
+                "SELECT total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url, fair_start_seconds FROM events WHERE id = $1",
             ).bind(id.as_str()).fetch_optional(pool).await?;
-            let (total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url) =
+            let (total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url, fair_start_seconds) =
                 row.ok_or_else(|| StoreError::UnknownEvent(id.to_string()))?;
             let levels: Vec<(String, i64)> = sqlx::query_as("SELECT name, cap FROM levels WHERE event_id = $1 ORDER BY name")
                 .bind(id.as_str()).fetch_all(pool).await?;
             let levels: BTreeMap<LevelName, i64> =
                 levels.into_iter().filter_map(|(name, cap)| Some((LevelName::parse(&name)?, cap))).collect();
-            let spec = EventSpec { id: id.clone(), total_seats, hold_seconds, opens_at_ms, closes_at_ms, levels, payment_url };
+            let spec = EventSpec { id: id.clone(), total_seats, hold_seconds, opens_at_ms, closes_at_ms, levels, payment_url, fair_start_seconds };
             Ok(StoredEvent { spec, state })
         })
     }

@@ -38,6 +38,8 @@ pub struct AppOptions {
     pub hold_seconds: i64,
     pub opens_at_ms: Option<i64>,
     pub closes_at_ms: Option<i64>,
+    /// The draw's window after `opens_at` (docs/design.md#the-draw-at-the-opening); 0: none.
+    pub fair_start_seconds: i64,
     pub replica: bool,
     pub persist_timeout: Duration,
     pub wait_timeout: Duration,
@@ -59,6 +61,7 @@ impl Default for AppOptions {
             hold_seconds: 900,
             opens_at_ms: None,
             closes_at_ms: None,
+            fair_start_seconds: 0,
             replica: true,
             persist_timeout: Duration::from_secs(10),
             wait_timeout: Duration::from_millis(200),
@@ -111,6 +114,7 @@ pub fn spec(options: &AppOptions) -> EventSpec {
         closes_at_ms: options.closes_at_ms,
         levels: options.levels.iter().map(|(l, c)| (LevelName::parse(l).unwrap(), *c)).collect::<BTreeMap<_, _>>(),
         payment_url: None,
+        fair_start_seconds: options.fair_start_seconds,
     }
 }
 

@@ -53,6 +53,7 @@ pub fn bench_spec(event: &str, seats: i64, levels: &[String]) -> anyhow::Result<
         closes_at_ms: None,
         levels,
         payment_url: None,
+        fair_start_seconds: 0,
     })
 }
 

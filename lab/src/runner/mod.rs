@@ -137,6 +137,7 @@ fn spec(seats: i64, hold_seconds: i64) -> EventSpec {
         closes_at_ms: None,
         levels: BTreeMap::from([(level("A1"), seats * 2 / 5), (level("B1"), seats * 3 / 5), (level("C1"), seats / 3)]),
         payment_url: None,
+        fair_start_seconds: 0,
     }
 }
 
