@@ -80,6 +80,11 @@ pub enum Command {
         #[arg(long)]
         codes: Option<PathBuf>,
     },
+    /// The draw at the opening (an event with fair_start_seconds)
+    Draw {
+        #[command(subcommand)]
+        action: DrawAction,
+    },
     /// The HTTP API, the booking page, the reaper and the hold expiry
     Serve(ServeSettings),
     /// Everything on this machine: private Redis primary and replica, SQLite, a demo event
@@ -90,6 +95,13 @@ pub enum Command {
 pub enum EventAction {
     /// Create or update an event from a TOML file (refused while the event is open)
     Apply { file: PathBuf },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DrawAction {
+    /// Recompute the draw's order from the published secret and the entries' code hashes and
+    /// check it is the order used and the secret the one committed at open (exit 1 otherwise)
+    Verify(EventArg),
 }
 
 #[derive(Subcommand, Debug)]

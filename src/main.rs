@@ -1,5 +1,5 @@
 use clap::Parser;
-use seatrush::cli::{AllowlistAction, Cli, Command, EventAction, LogFormat};
+use seatrush::cli::{AllowlistAction, Cli, Command, DrawAction, EventAction, LogFormat};
 use seatrush::demo;
 use seatrush::ops;
 use tracing_subscriber::EnvFilter;
@@ -47,6 +47,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Export { event, out, codes } => {
             ops::export::export(s, &event.event, out.as_deref(), codes.as_deref()).await?
         }
+        Command::Draw { action: DrawAction::Verify(e) } => ops::verify_draw(s, &e.event).await?,
         Command::Serve(serve) => ops::serve(s, &serve).await?,
         Command::Demo(args) => demo::run(s, &args).await?,
     }

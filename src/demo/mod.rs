@@ -42,6 +42,7 @@ fn demo_spec(seats: i64) -> EventSpec {
         sessions: BTreeMap::new(),
         seat_numbering: Default::default(),
         payment_url: None,
+        fair_start_seconds: 0,
     }
 }
 

@@ -14,6 +14,8 @@ pub const LEVELS_MAX: usize = 64;
 pub const TOTAL_SEATS_MAX: i64 = 10_000_000;
 /// Longest payment window: a week.
 pub const HOLD_SECONDS_MAX: i64 = 7 * 24 * 3600;
+/// Longest draw window at the opening (docs/design.md#the-draw-at-the-opening): an hour.
+pub const FAIR_START_SECONDS_MAX: i64 = 3600;
 
 fn is_slug(s: &str) -> bool {
     (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
@@ -87,6 +89,10 @@ pub enum EventError {
     SeatNumbering(String),
     #[error("with seat_numbering = \"per-level\", total_seats is the sum of the caps ({sum}); leave it out or set it to that, got {given}")]
     PerLevelTotal { sum: i64, given: i64 },
+    #[error("fair_start_seconds must be between 0 and {FAIR_START_SECONDS_MAX}, got {0}")]
+    FairStart(i64),
+    #[error("fair_start_seconds needs opens_at (the draw's window starts there), and closes_at must come after opens_at + fair_start_seconds")]
+    FairStartWindow,
     #[error(transparent)]
     PaymentUrl(#[from] crate::domain::payment_url::PaymentUrlError),
 }
@@ -107,6 +113,16 @@ pub struct EventSpec {
     pub seat_numbering: SeatNumbering,
     /// The pay-link template the page shows after a `201` (`domain/payment_url.rs`).
     pub payment_url: Option<String>,
+    /// Seconds after `opens_at` during which attempts enter a draw instead of being admitted in
+    /// arrival order (docs/design.md#the-draw-at-the-opening); 0: first come from the start.
+    pub fair_start_seconds: i64,
+}
+
+impl EventSpec {
+    /// When the draw decides: `opens_at + fair_start_seconds`, or None without a draw.
+    pub fn decides_at_ms(&self) -> Option<i64> {
+        (self.fair_start_seconds > 0).then(|| self.opens_at_ms.map(|o| o + self.fair_start_seconds * 1000)).flatten()
+    }
 }
 
 #[derive(Deserialize)]
@@ -120,6 +136,7 @@ struct EventFile {
     seat_numbering: Option<String>,
     levels: BTreeMap<String, LevelEntry>,
     payment_url: Option<String>,
+    fair_start_seconds: Option<i64>,
 }
 
 /// `B2 = 30`, or a table `[levels.B2]` with `cap` and optional display fields.
@@ -215,6 +232,17 @@ impl EventSpec {
                 return Err(EventError::Window);
             }
         }
+        let fair_start_seconds = file.fair_start_seconds.unwrap_or(0);
+        if !(0..=FAIR_START_SECONDS_MAX).contains(&fair_start_seconds) {
+            return Err(EventError::FairStart(fair_start_seconds));
+        }
+        if fair_start_seconds > 0 {
+            match (opens_at_ms, closes_at_ms) {
+                (None, _) => return Err(EventError::FairStartWindow),
+                (Some(o), Some(c)) if c <= o + fair_start_seconds * 1000 => return Err(EventError::FairStartWindow),
+                _ => {}
+            }
+        }
         Ok(Self {
             id,
             total_seats,
@@ -225,6 +253,7 @@ impl EventSpec {
             sessions,
             seat_numbering,
             payment_url: file.payment_url.as_deref().map(crate::domain::payment_url::parse_payment_url).transpose()?,
+            fair_start_seconds,
         })
     }
 }
@@ -331,6 +360,20 @@ B1 = 50
         assert!(matches!(EventSpec::from_toml(&typo), Err(EventError::SeatNumbering(_))));
         let missing = GOOD.replace("total_seats = 100\n", "");
         assert!(EventSpec::from_toml(&missing).unwrap_err().to_string().contains("total_seats"));
+    }
+
+    #[test]
+    fn a_draw_window_needs_opens_at_and_ends_before_closes_at() {
+        assert_eq!(EventSpec::from_toml(GOOD).unwrap().decides_at_ms(), None);
+        let with = GOOD.replace("[levels]", "fair_start_seconds = 5\n[levels]");
+        assert_eq!(EventSpec::from_toml(&with).unwrap().decides_at_ms(), Some(1_803_891_605_000));
+        let negative = GOOD.replace("[levels]", "fair_start_seconds = -1\n[levels]");
+        assert!(matches!(EventSpec::from_toml(&negative), Err(EventError::FairStart(-1))));
+        let no_opening = with.replace("opens_at = \"2027-03-01T09:00:00Z\"\n", "");
+        assert!(matches!(EventSpec::from_toml(&no_opening), Err(EventError::FairStartWindow)));
+        let past_close =
+            GOOD.replace("[levels]", "fair_start_seconds = 3600\n[levels]").replace("12:00:00Z", "10:00:00Z");
+        assert!(matches!(EventSpec::from_toml(&past_close), Err(EventError::FairStartWindow)));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod code;
+pub mod draw;
 pub mod event;
 pub mod nonce;
 pub mod payment_url;

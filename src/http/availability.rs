@@ -65,6 +65,26 @@ pub(crate) struct Availability {
     /// the server's time rather than the device's.
     #[schema(example = "2027-03-01T08:59:41.250Z")]
     pub now: String,
+    /// The draw at the opening, when the event has one (docs/design.md#the-draw-at-the-opening).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draw: Option<DrawAvailability>,
+}
+
+/// The draw's public facts: the commitment from `open` on, the secret once it is done.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct DrawAvailability {
+    /// RFC 3339: the end of the window; entries are admitted in the draw's order from then on.
+    #[schema(example = "2027-03-01T09:00:05.000Z")]
+    pub decides_at: String,
+    /// `taking_entries` until a drawer starts, `deciding`, then `done`.
+    #[schema(example = "taking_entries")]
+    pub state: &'static str,
+    /// Hex SHA-256 of the secret, published at `open`.
+    #[schema(example = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8")]
+    pub commitment: String,
+    /// The secret (hex), once the draw is done: `seatrush draw verify` recomputes the order from it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
 }
 
 #[derive(Clone, Serialize, ToSchema)]
@@ -107,7 +127,19 @@ pub(crate) async fn availability(
     let snapshot = app.edge.availability.get(&app, &view).await?;
     let now = now_ms();
     let state = view.window(now).as_str();
-    let etag = snapshot.etag(state);
+    let draw = view.draw.as_ref().map(|d| DrawAvailability {
+        decides_at: rfc3339_millis(d.decides_at_ms),
+        state: if d.done {
+            "done"
+        } else if now >= d.decides_at_ms {
+            "deciding"
+        } else {
+            "taking_entries"
+        },
+        commitment: d.commitment.clone(),
+        secret: d.secret.clone(),
+    });
+    let etag = snapshot.etag(&format!("{state}-{}", draw.as_ref().map_or("", |d| d.state)));
     let matches =
         headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|sent| etag_matches(sent, &etag));
     let stats = app.sale.stats();
@@ -126,6 +158,7 @@ pub(crate) async fn availability(
             opens_at: view.opens_at_ms.map(rfc3339_millis),
             closes_at: view.closes_at_ms.map(rfc3339_millis),
             now: rfc3339_millis(now),
+            draw,
         };
         axum::Json(body).into_response()
     };

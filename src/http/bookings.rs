@@ -96,6 +96,18 @@ pub(crate) struct AdmittedBody {
     hold_until: String,
 }
 
+/// `202`: an entry of the draw at the opening (docs/design.md#the-draw-at-the-opening).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct QueuedBody {
+    /// Always `queued`.
+    #[schema(inline, example = "queued")]
+    status: AnswerStatus,
+    /// RFC 3339: when the draw decides. Retry with the same nonce to get the answer (`201`, or
+    /// `409 level_full`/`sold_out`); before then the answer is this one again.
+    #[schema(example = "2027-03-01T09:00:05Z")]
+    decides_at: String,
+}
+
 /// `POST /api/events/{event}/bookings`
 #[utoipa::path(post, path = "/api/events/{event}/bookings", tag = "bookings",
     params(("event" = String, Path, description = "Event id: 1-64 of `a-z 0-9 -`", example = "demo", pattern = "^[a-z0-9-]{1,64}$", min_length = 1, max_length = 64)),
@@ -103,6 +115,7 @@ pub(crate) struct AdmittedBody {
         description = "A person's booking, or what a bot sends: any non-empty `website` string is answered with a fake 201 before anything else is checked."),
     responses(
         (status = 201, description = "admitted (a same-nonce retry gets the same body); also the honeypot's fake answer", body = AdmittedBody),
+        (status = 202, description = "queued: the event's draw at the opening is taking entries (one per code; any nonce of the code gets this answer) or deciding; retry with the same nonce after decides_at for the answer", body = QueuedBody),
         (status = 400, description = "invalid_request: malformed JSON, a body over 4096 bytes, missing, over-long or non-string field, a code that does not normalise, a bad nonce, an unknown level", body = ErrorBody),
         (status = 403, description = "not_open, closed, not_registered, or not_eligible (the allowlist lets this code book other levels only)", body = ErrorBody),
         (status = 404, description = "not_found: unknown or never opened event", body = ErrorBody),
@@ -180,6 +193,7 @@ pub(crate) async fn create(
     };
     match result {
         Ok(Answer::Booked(booked) | Answer::Honeypot(booked)) => created(&booked, view.as_deref()),
+        Err(ApiError::Refused(Refusal::Queued(decides_at_ms))) => queued(decides_at_ms),
         Err(err) => err.into_response_for(view.as_deref()),
     }
 }
@@ -222,6 +236,11 @@ fn created(b: &Booked, view: Option<&EventView>) -> Response {
         hold_until: rfc3339_ms(b.hold_until_ms),
     };
     (StatusCode::CREATED, Json(body)).into_response()
+}
+
+fn queued(decides_at_ms: i64) -> Response {
+    let body = QueuedBody { status: AnswerStatus::Queued, decides_at: rfc3339_ms(decides_at_ms) };
+    (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
 /// The route's body limit ([`BOOKING_BODY_BYTES_MAX`], set in `http/mod.rs`) stops reading

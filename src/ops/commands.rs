@@ -161,6 +161,12 @@ pub async fn open(connections: &Connections, event: &str, checks: &RedisChecks) 
     Ok(())
 }
 
+pub async fn verify_draw(connections: &Connections, event: &str) -> anyhow::Result<()> {
+    let id = EventId::parse(event)?;
+    let store = Store::connect(&connections.database_url).await?;
+    crate::ops::draw::verify(&store, &id).await
+}
+
 pub async fn close(connections: &Connections, event: &str) -> anyhow::Result<()> {
     let id = EventId::parse(event)?;
     let (link, store) = connect(connections).await?;
@@ -222,6 +228,9 @@ pub async fn status(connections: &Connections, event: &str, persist_timeout: &Pe
         for why in stuck.iter().take(UNSETTLED_SHOWN_MAX) {
             println!("  {why}");
         }
+    }
+    for line in crate::ops::draw::status_lines(&store, &stored.spec).await? {
+        println!("{line}");
     }
     let audit = store.recent_audit(&id, AUDIT_SHOWN_MAX).await?;
     if !audit.is_empty() {
@@ -365,12 +374,17 @@ pub async fn serve_until(
             let (sale, stop) = (sale.clone(), stop.clone());
             tokio::spawn(async move { crate::ops::heal::run(sale, stop.cancelled_owned()).await })
         };
-        (tokio::spawn(async move { sale.run_reaper(stop.cancelled_owned()).await }), healer)
+        let drawer = {
+            let (sale, stop) = (sale.clone(), stop.clone());
+            tokio::spawn(async move { crate::ops::draw::run(sale, stop.cancelled_owned()).await })
+        };
+        (tokio::spawn(async move { sale.run_reaper(stop.cancelled_owned()).await }), healer, drawer)
     });
     http::serve(listener, app, stop.cancelled_owned()).await?;
-    if let Some((reaper, healer)) = reaper {
+    if let Some((reaper, healer, drawer)) = reaper {
         reaper.await?;
         healer.await?;
+        drawer.await?;
     }
     Ok(())
 }

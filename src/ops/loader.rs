@@ -150,6 +150,8 @@ async fn open_locked(
         }
         _ => None,
     };
+    // Before the switch, so the event is never visible without its draw.
+    crate::ops::draw::commit_at_open(conn, store, &event.spec).await?;
     let staged = Staged::new(&keys);
     let switched = stage_and_switch(conn, store, &event, &keys, &staged, &loaded, lock).await;
     if switched.is_err() {

@@ -7,6 +7,7 @@ pub mod apply;
 pub mod candidates_file;
 pub(crate) mod code_strength;
 mod commands;
+pub mod draw;
 pub mod export;
 pub mod heal;
 pub mod loader;

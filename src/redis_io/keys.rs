@@ -31,6 +31,15 @@ pub struct EventKeys {
     /// hash: code hash -> the levels it may book, space-separated; only codes the allowlist
     /// restricts (absent when none is)
     pub levels: String,
+    /// hash: the draw at the opening: decides_at_ms, commitment, secret, state
+    /// (docs/design.md#the-draw-at-the-opening)
+    pub draw: String,
+    /// hash: code hash -> "nonce level", the draw's entries
+    pub entries: String,
+    /// hash: code hash -> "rank outcome", the entries the draw decided
+    pub drawn: String,
+    /// string: the serve running the draw (owner), with an expiry
+    pub drawlock: String,
 }
 
 impl EventKeys {
@@ -47,6 +56,10 @@ impl EventKeys {
             syncs: format!("{tag}:syncs"),
             lock: format!("{tag}:lock"),
             levels: format!("{tag}:levels"),
+            draw: format!("{tag}:draw"),
+            entries: format!("{tag}:entries"),
+            drawn: format!("{tag}:drawn"),
+            drawlock: format!("{tag}:drawlock"),
         }
     }
 
@@ -75,6 +88,10 @@ mod tests {
             &keys.syncs,
             &keys.lock,
             &keys.levels,
+            &keys.draw,
+            &keys.entries,
+            &keys.drawn,
+            &keys.drawlock,
         ] {
             assert!(key.starts_with("{ev:spring-exam}:"), "{key}");
         }

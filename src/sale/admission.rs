@@ -36,6 +36,10 @@ impl Sale {
             if !self.admitted_with_nonce(&view, req).await? {
                 return Err(refusal.clone());
             }
+        } else if view.draw.as_ref().is_some_and(|d| !d.done) {
+            // docs/design.md#the-draw-at-the-opening: an entry, not an admission, until the draw
+            // decides; Ok only when this request goes on to the admit script.
+            self.enter_draw(&view, req).await?;
         }
         let call = AdmitCall {
             keys: view.keys.clone(),
@@ -190,7 +194,7 @@ impl Sale {
 
     /// The database write, then the pending entry dropped. A refusal by the database is settled
     /// in Redis and answered as Redis would have answered.
-    async fn persist(&self, view: &EventView, admission: Admission) -> Result<Booked, Refusal> {
+    pub(super) async fn persist(&self, view: &EventView, admission: Admission) -> Result<Booked, Refusal> {
         let item = HoldItem { event: view.id.clone(), admission: admission.clone(), hold_ms: view.hold_seconds * 1000 };
         let written = tokio::time::timeout(self.settings.persist_deadline, self.persister.hold(item)).await;
         let Persisted { outcome, clock_ms } = match written {

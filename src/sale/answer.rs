@@ -41,6 +41,9 @@ macro_rules! answer_statuses {
 answer_statuses! {
     /// The seat is held until `hold_until` (a same-nonce retry gets the same answer).
     Admitted = "admitted", 201;
+    /// In the draw at the opening: the answer comes at `decides_at` (a same-nonce retry then
+    /// gets it).
+    Queued = "queued", 202;
     /// Malformed JSON, a body over the limit, a missing or over-long field, a code that does not
     /// normalise, an unknown level.
     InvalidRequest = "invalid_request", 400;

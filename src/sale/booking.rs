@@ -41,6 +41,9 @@ pub enum Refusal {
     SoldOut,
     #[error("try again: {0}")]
     Retry(&'static str),
+    /// An entry of the draw at the opening, decided at this time (epoch ms).
+    #[error("in the draw, deciding at {0}")]
+    Queued(i64),
 }
 
 impl Refusal {
@@ -58,6 +61,7 @@ impl Refusal {
             Refusal::LevelFull => AnswerStatus::LevelFull,
             Refusal::SoldOut => AnswerStatus::SoldOut,
             Refusal::Retry(_) => AnswerStatus::Retry,
+            Refusal::Queued(_) => AnswerStatus::Queued,
         }
     }
 }

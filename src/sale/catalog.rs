@@ -45,6 +45,19 @@ pub struct EventView {
     pub restricted: bool,
     /// Stamped by each `open`; a new value means the allowlist in Redis was replaced.
     pub allow_version: Option<String>,
+    /// The draw at the opening, if the event has one (docs/design.md#the-draw-at-the-opening).
+    pub draw: Option<DrawView>,
+}
+
+/// The draw as last read: enough for the request path to know whether to enter it, and for the
+/// availability answer to publish the commitment (and the secret, once done).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrawView {
+    pub decides_at_ms: i64,
+    pub commitment: String,
+    pub done: bool,
+    /// Only once the draw is done.
+    pub secret: Option<String>,
 }
 
 /// Where the sale window stands.
@@ -187,16 +200,22 @@ impl Catalog {
     async fn fetch(&self, id: &EventId) -> RedisResult<Option<EventView>> {
         let keys = EventKeys::new(id);
         let mut conn = self.link.shared().await?;
-        let result: RedisResult<(HashMap<String, String>, HashMap<String, i64>)> =
-            redis::pipe().hgetall(&keys.meta).hgetall(&keys.cap).query_async(&mut conn).await;
-        let (meta, caps) = match result {
+        let result: RedisResult<(Meta, HashMap<String, i64>, DrawFields)> = redis::pipe()
+            .hgetall(&keys.meta)
+            .hgetall(&keys.cap)
+            .cmd("HMGET")
+            .arg(&keys.draw)
+            .arg(&["decides_at_ms", "commitment", "state", "secret"])
+            .query_async(&mut conn)
+            .await;
+        let (meta, caps, draw) = match result {
             Ok(found) => found,
             Err(err) => {
                 self.link.report(&err).await;
                 return Err(err);
             }
         };
-        Ok(view_from(id, keys, &meta, caps))
+        Ok(view_from(id, keys, &meta, caps).map(|view| EventView { draw: draw_from(draw), ..view }))
     }
 }
 
@@ -206,6 +225,16 @@ impl Catalog {
 /// its connection: the switch is atomic, so an event loaded then has its records in place.
 pub async fn is_loaded(conn: &mut redis::aio::MultiplexedConnection, keys: &EventKeys) -> RedisResult<bool> {
     redis::cmd("EXISTS").arg(&keys.meta).query_async(conn).await
+}
+
+type Meta = HashMap<String, String>;
+
+/// `{ev:ID}:draw`'s decides_at_ms, commitment, state, secret.
+type DrawFields = (Option<i64>, Option<String>, Option<String>, Option<String>);
+
+fn draw_from((decides_at_ms, commitment, state, secret): DrawFields) -> Option<DrawView> {
+    let done = state.as_deref() == Some("done");
+    Some(DrawView { decides_at_ms: decides_at_ms?, commitment: commitment?, done, secret: secret.filter(|_| done) })
 }
 
 fn view_from(
@@ -228,6 +257,7 @@ fn view_from(
         sessions: Arc::new(sessions_from(meta.get("sessions"))),
         restricted: meta.get("restricted").is_some_and(|r| r == "1"),
         allow_version: meta.get("allow_version").cloned(),
+        draw: None,
     })
 }
 
@@ -257,6 +287,7 @@ mod tests {
             sessions: Arc::default(),
             restricted: false,
             allow_version: None,
+            draw: None,
         }
     }
 

@@ -9,6 +9,7 @@ pub mod answer;
 pub(crate) mod booking;
 pub mod catalog;
 pub mod committer;
+pub mod draw;
 pub mod heal;
 pub(crate) mod latency;
 pub mod lifecycle;

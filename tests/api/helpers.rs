@@ -43,6 +43,8 @@ pub struct AppOptions {
     pub hold_seconds: i64,
     pub opens_at_ms: Option<i64>,
     pub closes_at_ms: Option<i64>,
+    /// The draw's window after `opens_at` (docs/design.md#the-draw-at-the-opening); 0: none.
+    pub fair_start_seconds: i64,
     pub replica: bool,
     pub persist_timeout: Duration,
     pub wait_timeout: Duration,
@@ -66,6 +68,7 @@ impl Default for AppOptions {
             hold_seconds: 900,
             opens_at_ms: None,
             closes_at_ms: None,
+            fair_start_seconds: 0,
             replica: true,
             persist_timeout: Duration::from_secs(10),
             wait_timeout: Duration::from_millis(200),
@@ -120,6 +123,7 @@ pub fn spec(options: &AppOptions) -> EventSpec {
         sessions: options.sessions.iter().map(|(l, s)| (LevelName::parse(l).unwrap(), s.clone())).collect(),
         seat_numbering: options.seat_numbering,
         payment_url: None,
+        fair_start_seconds: options.fair_start_seconds,
     }
 }
 

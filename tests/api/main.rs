@@ -6,6 +6,7 @@ mod allowlist;
 mod availability;
 mod bench;
 mod crash;
+mod draw;
 mod edge;
 mod export;
 mod faults;

@@ -69,7 +69,7 @@ async fn the_openapi_document_is_served_and_lists_the_booking_statuses() {
     assert!(doc.body["openapi"].as_str().unwrap().starts_with("3."));
     let responses = doc.body["paths"]["/api/events/{event}/bookings"]["post"]["responses"].as_object().unwrap();
     let codes: Vec<&str> = responses.keys().map(String::as_str).collect();
-    assert_eq!(codes, ["201", "400", "403", "404", "408", "409", "415", "429", "503"]);
+    assert_eq!(codes, ["201", "202", "400", "403", "404", "408", "409", "415", "429", "503"]);
     assert!(responses["503"]["headers"]["Retry-After"].is_object());
     assert!(responses["429"]["headers"]["Retry-After"].is_object());
 }

@@ -5,6 +5,7 @@
 mod actors;
 mod arbiter;
 mod checks;
+mod draw;
 mod lua_match;
 mod properties;
 mod protocol;

@@ -55,6 +55,7 @@ pub fn bench_spec(event: &str, seats: i64, levels: &[String]) -> anyhow::Result<
         sessions: BTreeMap::new(),
         seat_numbering: Default::default(),
         payment_url: None,
+        fair_start_seconds: 0,
     })
 }
 

@@ -141,6 +141,7 @@ fn spec(seats: i64, hold_seconds: i64) -> EventSpec {
         sessions: BTreeMap::new(),
         seat_numbering: Default::default(),
         payment_url: None,
+        fair_start_seconds: 0,
     }
 }
 
