@@ -3,12 +3,14 @@
 //! recomputing it from the database (`reconcile`) live beside them.
 
 pub mod allowlist_file;
+pub mod allowlist_remove;
 pub mod apply;
 pub mod candidates_file;
 pub(crate) mod code_strength;
 mod commands;
 pub mod export;
 pub mod heal;
+pub mod live_change;
 pub mod loader;
 pub mod reconcile;
 pub mod settings;

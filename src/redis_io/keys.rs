@@ -14,6 +14,9 @@ pub struct EventKeys {
     pub meta: String,
     /// set of code hashes allowed to book
     pub allow: String,
+    /// hash: code hash -> the allow_version it was removed from during the sale
+    /// (`lua/allow_remove.lua`); meta's `allow_removed` counts the removals
+    pub allow_removed: String,
     /// hash: level -> cap
     pub cap: String,
     /// hash: level -> seats held (pending, persisted or paid)
@@ -28,6 +31,11 @@ pub struct EventKeys {
     pub syncs: String,
     /// string: the operator command that holds the event (owner), with an expiry
     pub lock: String,
+    /// hash: code hash -> "move-id nonce admission-id old-slot old-level new-slot new-level",
+    /// a move Redis made and the database has not yet settled (`lua/move.lua`)
+    pub moves: String,
+    /// zset: code hash -> when its move began (Redis's clock), for the settle of a move left behind
+    pub moving: String,
 }
 
 impl EventKeys {
@@ -36,6 +44,7 @@ impl EventKeys {
         Self {
             meta: format!("{tag}:meta"),
             allow: format!("{tag}:allow"),
+            allow_removed: format!("{tag}:allow_removed"),
             cap: format!("{tag}:cap"),
             taken: format!("{tag}:taken"),
             free: format!("{tag}:free"),
@@ -43,6 +52,8 @@ impl EventKeys {
             pending: format!("{tag}:pending"),
             syncs: format!("{tag}:syncs"),
             lock: format!("{tag}:lock"),
+            moves: format!("{tag}:moves"),
+            moving: format!("{tag}:moving"),
         }
     }
 
@@ -63,6 +74,7 @@ mod tests {
         for key in [
             &keys.meta,
             &keys.allow,
+            &keys.allow_removed,
             &keys.cap,
             &keys.taken,
             &keys.free,
@@ -70,6 +82,8 @@ mod tests {
             &keys.pending,
             &keys.syncs,
             &keys.lock,
+            &keys.moves,
+            &keys.moving,
         ] {
             assert!(key.starts_with("{ev:spring-exam}:"), "{key}");
         }

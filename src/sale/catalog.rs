@@ -37,6 +37,8 @@ pub struct EventView {
     pub levels: BTreeMap<LevelName, i64>,
     /// Stamped by each `open`; a new value means the allowlist in Redis was replaced.
     pub allow_version: Option<String>,
+    /// Counts `allowlist remove` runs (`lua/allow_remove.lua`); 0 when none ran.
+    pub allow_removed: i64,
 }
 
 /// Where the sale window stands.
@@ -203,6 +205,7 @@ fn view_from(
         closed: meta.get("state").is_some_and(|s| s == "closed"),
         levels: caps.into_iter().filter_map(|(name, cap)| Some((LevelName::parse(&name)?, cap))).collect(),
         allow_version: meta.get("allow_version").cloned(),
+        allow_removed: int("allow_removed").unwrap_or(0),
     })
 }
 
@@ -222,6 +225,7 @@ mod tests {
             closed,
             levels: BTreeMap::new(),
             allow_version: None,
+            allow_removed: 0,
         }
     }
 

@@ -12,6 +12,7 @@ pub mod committer;
 pub mod heal;
 pub(crate) mod latency;
 pub mod lifecycle;
+pub mod moving;
 pub mod persister;
 pub mod provider_payment;
 pub(crate) mod reaper;

@@ -10,6 +10,7 @@ mod events;
 mod export;
 mod hold_batch;
 mod lookup;
+mod moves;
 mod payments;
 mod sqlite_batch;
 
@@ -20,7 +21,8 @@ pub use consistent::HoldersSnapshot;
 pub use events::StoredEvent;
 pub use export::ExportRow;
 pub use hold_batch::{HoldItem, PostgresBatchWriter, Written};
-pub use lookup::{CodeRecord, HISTORY_MAX};
+pub use lookup::{BookingStep, CodeRecord, HISTORY_MAX};
+pub use moves::{MoveClaim, MoveWrite, Place};
 pub use payments::{ExtendOutcome, EXTEND_SECONDS_MAX};
 pub use sqlite_batch::SqliteBatchWriter;
 
