@@ -112,6 +112,13 @@ pub enum AllowlistAction {
         event: String,
         file: PathBuf,
     },
+    /// Take the codes in FILE (as import reads it) off the allowlist, also while the sale runs:
+    /// every serve refuses them within a second; a seat a code holds stays its own until cancelled
+    Remove {
+        #[arg(long)]
+        event: String,
+        file: PathBuf,
+    },
     /// Make COUNT random codes (about 59 bits each, no look-alike characters), write them to a new
     /// file (one per line) for the operator to send out, and import their hashes
     Generate {

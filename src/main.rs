@@ -30,12 +30,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     seatrush::fault_hooks::check_environment()?;
     let s = &cli.connections;
     match cli.command {
-        Command::Event { action: EventAction::Apply { file } } => {
-            let spec = ops::apply_event(s, &file).await?;
-            println!("applied event {} ({} seats, {} levels)", spec.id, spec.total_seats, spec.levels.len());
-        }
+        Command::Event { action: EventAction::Apply { file } } => ops::apply_event(s, &file).await?,
         Command::Allowlist { action: AllowlistAction::Import { event, file } } => {
             ops::import_allowlist(s, &event, &file).await?
+        }
+        Command::Allowlist { action: AllowlistAction::Remove { event, file } } => {
+            ops::remove_allowlist(s, &event, &file).await?
         }
         Command::Allowlist { action: AllowlistAction::Generate { event, count, out } } => {
             ops::generate_allowlist(s, &event, count as usize, &out).await?

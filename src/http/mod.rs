@@ -19,6 +19,7 @@ pub mod guess_guard;
 pub(crate) mod headers;
 pub mod health;
 pub(crate) mod metrics;
+pub(crate) mod moving;
 pub(crate) mod openapi;
 pub(crate) mod operator;
 mod page;
@@ -163,6 +164,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(operator::pay))
         .routes(routes!(operator::cancel))
         .routes(routes!(operator::extend))
+        .routes(routes!(moving::move_booking))
         .routes(routes!(support::lookup))
         .routes(routes!(webhook::webhook).layer(DefaultBodyLimit::max(webhook::WEBHOOK_BODY_BYTES_MAX)))
         .routes(routes!(dashboard::summary))

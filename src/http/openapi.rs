@@ -68,6 +68,9 @@ mod tests {
         let extend = "/api/events/{event}/bookings/{code}/extend";
         assert_eq!(statuses(&doc, extend, "post"), set(&["200", "400", "401", "404", "409", "429", "503"]));
         assert!(doc["paths"][extend]["post"]["security"][0]["operator_token"].is_array());
+        let moving = "/api/events/{event}/bookings/{code}/move";
+        assert_eq!(statuses(&doc, moving, "post"), set(&["200", "400", "401", "404", "409", "429", "503"]));
+        assert!(doc["paths"][moving]["post"]["security"][0]["operator_token"].is_array());
         let lookup = "/api/events/{event}/bookings/{code}";
         assert_eq!(statuses(&doc, lookup, "get"), set(&["200", "400", "401", "404", "429", "503"]));
         assert!(doc["paths"][lookup]["get"]["security"][0]["operator_token"].is_array());

@@ -51,7 +51,7 @@ fn parse(app: &AppState, event: &str, code: &str) -> Result<(EventId, CodeHash),
 /// A booking as the operator endpoints answer it.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct BookingState {
-    /// `paid` after payment, `released` after cancel.
+    /// `held` or `paid`; `released` after cancel.
     #[schema(example = "paid")]
     status: String,
     slot: i64,
@@ -60,7 +60,7 @@ pub(crate) struct BookingState {
     hold_until: String,
 }
 
-fn booking_json(row: &BookingRow) -> Json<BookingState> {
+pub(super) fn booking_json(row: &BookingRow) -> Json<BookingState> {
     Json(BookingState {
         status: row.state.to_string(),
         slot: row.slot,

@@ -10,7 +10,7 @@ use super::{AppState, ClientAddr};
 use crate::domain::code::NormalisedCode;
 use crate::domain::event::{rfc3339_ms, EventId};
 use crate::sale::lifecycle::LifecycleError;
-use crate::store::{AuditEntry, ExportRow, StoreError};
+use crate::store::{AuditEntry, BookingStep, ExportRow, StoreError};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
@@ -26,6 +26,19 @@ pub struct CodeRecordAnswer {
     booking: Option<BookingRecord>,
     /// Operator and provider actions on this code, oldest first (at most 100)
     history: Vec<HistoryEntry>,
+    /// What this code's bookings went through, oldest first (at most 100): each admission,
+    /// payment, move, extension and release, with the level and seat after it
+    steps: Vec<BookingStepAnswer>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct BookingStepAnswer {
+    at: String,
+    /// `admitted`, `paid`, `moved`, `extended` or `released`
+    #[schema(example = "admitted")]
+    action: String,
+    level: String,
+    slot: i64,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -44,7 +57,7 @@ pub struct BookingRecord {
 #[derive(Serialize, ToSchema)]
 pub struct HistoryEntry {
     at: String,
-    /// `payment`, `cancel`, `extend`, `webhook_payment` or `lookup`
+    /// `payment`, `cancel`, `extend`, `webhook_payment`, `lookup`, `allowlist_remove` or `move`
     action: String,
     outcome: String,
     /// The client address the action came from
@@ -62,6 +75,10 @@ fn booking_record(row: ExportRow) -> BookingRecord {
         released_at: row.released_ms.map(rfc3339_ms),
         payment_reference: row.payment_reference,
     }
+}
+
+fn step_answer(step: BookingStep) -> BookingStepAnswer {
+    BookingStepAnswer { at: rfc3339_ms(step.at_ms), action: step.action, level: step.level, slot: step.slot }
 }
 
 fn history_entry(entry: AuditEntry) -> HistoryEntry {
@@ -108,5 +125,6 @@ pub async fn lookup(
         registered: record.registered,
         booking: record.booking.map(booking_record),
         history: record.history.into_iter().map(history_entry).collect(),
+        steps: record.steps.into_iter().map(step_answer).collect(),
     }))
 }

@@ -1,11 +1,13 @@
 //! `event apply`: the database change, under the event's operator lock, refused while Redis still
-//! holds admissions the change would strand. The database checks only its own rows; an admission
+//! holds admissions the change would strand. While the sale is open only the changes
+//! `ops/live_change.rs` accepts go through, to the database and then to Redis. The database checks only its own rows; an admission
 //! still pending in Redis (admitted, not yet written) in a level the change drops would fail the
 //! reaper's write on every pass, and a seat number above a shrunk `total_seats` would return to a
 //! pool that no longer has it.
 
 use crate::domain::event::{EventSpec, LevelName};
 use crate::domain::session::{bases_from_meta, seat_bases};
+use crate::ops::live_change::{self, Amended};
 use crate::ops::loader::records_by_level;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::oplock::OperatorLock;
@@ -13,22 +15,60 @@ use crate::store::{Store, StoreError};
 use anyhow::bail;
 use redis::aio::MultiplexedConnection;
 
+/// What `apply` changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The event was not open: the database has the change, the next `open` loads it.
+    Closed,
+    /// The event is open: the database has the change, and Redis too unless it had not loaded it.
+    WhileOpen(Amended),
+}
+
 /// Checks the change against Redis, then applies it to the database, all under the lock.
-pub async fn apply_event(conn: &mut MultiplexedConnection, store: &Store, spec: &EventSpec) -> anyhow::Result<()> {
+pub async fn apply_event(conn: &mut MultiplexedConnection, store: &Store, spec: &EventSpec) -> anyhow::Result<Applied> {
     let lock = OperatorLock::acquire(conn, &spec.id, "event apply").await?;
-    let applied = apply_locked(conn, store, spec).await;
+    let applied = apply_locked(conn, store, spec, &lock).await;
     if let Err(e) = lock.release().await {
         tracing::warn!(event = %spec.id, error = %e, "cannot free the operator lock; it expires by itself");
     }
     applied
 }
 
-async fn apply_locked(conn: &mut MultiplexedConnection, store: &Store, spec: &EventSpec) -> anyhow::Result<()> {
+async fn apply_locked(
+    conn: &mut MultiplexedConnection,
+    store: &Store,
+    spec: &EventSpec,
+    lock: &OperatorLock,
+) -> anyhow::Result<Applied> {
+    let stored = match store.event(&spec.id).await {
+        Ok(stored) => Some(stored),
+        Err(StoreError::UnknownEvent(_)) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let in_redis: Option<String> =
+        redis::cmd("HGET").arg(EventKeys::new(&spec.id).meta).arg("state").query_async(conn).await?;
+    let open = in_redis.as_deref() == Some("open") || stored.as_ref().is_some_and(|s| s.state == "open");
+    if open {
+        let Some(stored) = stored else {
+            bail!("event {} is open in Redis but unknown to the database; nothing was changed", spec.id);
+        };
+        let refusals = live_change::refusals(&stored.spec, spec);
+        if !refusals.is_empty() {
+            bail!("event {} not changed: {}", spec.id, refusals.join("; "));
+        }
+        store_change(store, spec, true).await?;
+        return Ok(Applied::WhileOpen(live_change::amend_redis(conn, spec, lock).await?));
+    }
     let refusals = redis_refusals(conn, spec).await?;
     if !refusals.is_empty() {
         bail!("event {} not changed: {}", spec.id, refusals.join("; "));
     }
-    match store.apply_event(spec).await {
+    store_change(store, spec, false).await?;
+    Ok(Applied::Closed)
+}
+
+async fn store_change(store: &Store, spec: &EventSpec, while_open: bool) -> anyhow::Result<()> {
+    match store.apply_event_as(spec, while_open).await {
         Err(StoreError::Refused(why)) => bail!("event {} not changed: {why}", spec.id),
         other => Ok(other?),
     }
@@ -49,7 +89,7 @@ pub async fn redis_refusals(conn: &mut MultiplexedConnection, spec: &EventSpec) 
     let keys = EventKeys::new(&spec.id);
     let state: Option<String> = redis::cmd("HGET").arg(&keys.meta).arg("state").query_async(conn).await?;
     if state.as_deref() == Some("open") {
-        return Ok(vec![format!("it is open in Redis; run `seatrush close --event {}` first", spec.id)]);
+        return Ok(vec!["it opened in Redis meanwhile; run apply again".to_owned()]);
     }
     let mut refusals = Vec::new();
     let mut admissions = 0;

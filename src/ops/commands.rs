@@ -20,12 +20,25 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-pub async fn apply_event(connections: &Connections, file: &Path) -> anyhow::Result<EventSpec> {
+pub async fn apply_event(connections: &Connections, file: &Path) -> anyhow::Result<()> {
+    use crate::ops::apply::Applied;
+    use crate::ops::live_change::Amended;
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let spec = EventSpec::from_toml(&text).with_context(|| format!("{} is not a valid event file", file.display()))?;
     let (link, store) = connect(connections).await?;
-    crate::ops::apply::apply_event(&mut link.check().await?, &store, &spec).await?;
-    Ok(spec)
+    let applied = crate::ops::apply::apply_event(&mut link.check().await?, &store, &spec).await?;
+    println!("applied event {} ({} seats, {} levels)", spec.id, spec.total_seats, spec.levels.len());
+    match applied {
+        Applied::Closed => {}
+        Applied::WhileOpen(Amended::Redis) => println!("the sale is open: every serve has the change within a second"),
+        Applied::WhileOpen(Amended::NotLoaded) => {
+            println!(
+                "the sale is open in the database but not loaded in Redis: run `seatrush open --event {}`",
+                spec.id
+            )
+        }
+    }
+    Ok(())
 }
 
 pub async fn import_allowlist(connections: &Connections, event: &str, file: &Path) -> anyhow::Result<()> {
@@ -76,6 +89,36 @@ pub async fn import_allowlist(connections: &Connections, event: &str, file: &Pat
     if !parsed.bad_lines.is_empty() {
         bail!("{} bad lines in {} were skipped (the rest were imported)", parsed.bad_lines.len(), file.display());
     }
+    Ok(())
+}
+
+/// `allowlist remove`: the file's codes off the event's allowlist, also while the sale runs.
+pub async fn remove_allowlist(connections: &Connections, event: &str, file: &Path) -> anyhow::Result<()> {
+    let id = EventId::parse(event)?;
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let hasher = CodeHasher::from_env();
+    let parsed = parse_allowlist(&bytes, &hasher);
+    for (line, why) in parsed.bad_lines.iter().take(50) {
+        eprintln!("{}:{line}: {why}", file.display());
+    }
+    if !parsed.bad_lines.is_empty() {
+        bail!("{} bad lines in {}; nothing was removed", parsed.bad_lines.len(), file.display());
+    }
+    let (link, store) = connect(connections).await?;
+    store.check_allowlist_pepper(&id, &hasher.fingerprint()).await?;
+    let client = format!("cli {}", crate::redis_io::oplock::operator_name());
+    let removed =
+        crate::ops::allowlist_remove::remove_codes(&mut link.check().await?, &store, &id, &parsed.hashes, &client)
+            .await?;
+    println!(
+        "removed {} of {} codes from {id}'s allowlist in the database; {}. Seats they hold stay theirs until cancelled",
+        removed.in_database,
+        parsed.hashes.len(),
+        match removed.in_redis {
+            Some(n) => format!("{n} from the live sale, refused by every serve within a second"),
+            None => "the event is not loaded in Redis (the next open loads the database's list)".to_owned(),
+        }
+    );
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 //! recomputing it from the database (`reconcile`) live beside them.
 
 pub mod allowlist_file;
+pub mod allowlist_remove;
 pub mod apply;
 pub mod candidates_file;
 pub(crate) mod code_strength;
@@ -10,6 +11,7 @@ mod commands;
 pub mod draw;
 pub mod export;
 pub mod heal;
+pub mod live_change;
 pub mod loader;
 pub mod reconcile;
 pub mod settings;

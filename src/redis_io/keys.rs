@@ -14,6 +14,9 @@ pub struct EventKeys {
     pub meta: String,
     /// set of code hashes allowed to book
     pub allow: String,
+    /// hash: code hash -> the allow_version it was removed from during the sale
+    /// (`lua/allow_remove.lua`); meta's `allow_removed` counts the removals
+    pub allow_removed: String,
     /// hash: level -> cap
     pub cap: String,
     /// hash: level -> seats held (pending, persisted or paid)
@@ -40,6 +43,11 @@ pub struct EventKeys {
     pub drawn: String,
     /// string: the serve running the draw (owner), with an expiry
     pub drawlock: String,
+    /// hash: code hash -> "move-id nonce admission-id old-slot old-level new-slot new-level",
+    /// a move Redis made and the database has not yet settled (`lua/move.lua`)
+    pub moves: String,
+    /// zset: code hash -> when its move began (Redis's clock), for the settle of a move left behind
+    pub moving: String,
 }
 
 impl EventKeys {
@@ -48,6 +56,7 @@ impl EventKeys {
         Self {
             meta: format!("{tag}:meta"),
             allow: format!("{tag}:allow"),
+            allow_removed: format!("{tag}:allow_removed"),
             cap: format!("{tag}:cap"),
             taken: format!("{tag}:taken"),
             free: format!("{tag}:free"),
@@ -60,6 +69,8 @@ impl EventKeys {
             entries: format!("{tag}:entries"),
             drawn: format!("{tag}:drawn"),
             drawlock: format!("{tag}:drawlock"),
+            moves: format!("{tag}:moves"),
+            moving: format!("{tag}:moving"),
         }
     }
 
@@ -80,6 +91,7 @@ mod tests {
         for key in [
             &keys.meta,
             &keys.allow,
+            &keys.allow_removed,
             &keys.cap,
             &keys.taken,
             &keys.free,
@@ -92,6 +104,8 @@ mod tests {
             &keys.entries,
             &keys.drawn,
             &keys.drawlock,
+            &keys.moves,
+            &keys.moving,
         ] {
             assert!(key.starts_with("{ev:spring-exam}:"), "{key}");
         }

@@ -114,10 +114,15 @@ async fn renew(mut conn: MultiplexedConnection, key: String, owner: String) {
 /// "open by alice@host pid 4242 at 2026-11-30T01:02:03Z run 1a2b3c4d": enough for an operator
 /// to find the other command; unique per run, so only this run's scripts match it.
 fn owner_name(command: &str) -> String {
+    let at = crate::domain::event::rfc3339_ms(crate::domain::event::now_ms());
+    let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    format!("{command} by {} pid {} at {at} run {run}", operator_name(), std::process::id())
+}
+
+/// "alice@host": who runs this operator command, for the lock and the audit trail.
+pub(crate) fn operator_name() -> String {
     let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
     let host =
         std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "unknown-host".into());
-    let at = crate::domain::event::rfc3339_ms(crate::domain::event::now_ms());
-    let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
-    format!("{command} by {user}@{host} pid {} at {at} run {run}", std::process::id())
+    format!("{user}@{host}")
 }

@@ -7,7 +7,9 @@
 //! `open` stamps every load with a fresh `allow_version` in the event's meta hash; the catalog
 //! re-reads meta every `CATALOG_TTL`, and a changed version makes the next gate check reload the
 //! set. The copy comes from Redis, never from the database, so there is still no database
-//! fallback during the sale.
+//! fallback during the sale. Codes an operator removes while the sale runs (`allowlist remove`)
+//! are not a reason to copy the whole set again: meta's `allow_removed` moves, and the next gate
+//! check reads the few removed hashes of this `allow_version` into a small set beside the copy.
 
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
@@ -15,7 +17,7 @@ use crate::redis_io::keys::EVENTS_KEY;
 use crate::redis_io::link::RedisLink;
 use crate::sale::catalog::{Catalog, EventView};
 use redis::{RedisError, RedisResult};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 /// Members asked for per SSCAN call while copying a set.
@@ -80,34 +82,80 @@ fn decode(hex: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// The codes removed from one `allow_version` of an event's allowlist, as of one removal count.
+struct RemovedSet {
+    allow_version: String,
+    /// meta's `allow_removed` when the set was read.
+    count: i64,
+    hashes: HashSet<String>,
+}
+
 /// The in-memory sets of every event this process has checked a code for.
 pub struct AllowCache {
     link: Arc<RedisLink>,
     sets: RwLock<HashMap<EventId, Arc<AllowSet>>>,
+    removed: RwLock<HashMap<EventId, Arc<RemovedSet>>>,
     /// One copy at a time: a reload of a million codes should not run once per waiting request.
     loading: tokio::sync::Mutex<()>,
 }
 
 impl AllowCache {
     pub fn new(link: Arc<RedisLink>) -> Self {
-        Self { link, sets: RwLock::new(HashMap::new()), loading: tokio::sync::Mutex::new(()) }
+        Self {
+            link,
+            sets: RwLock::new(HashMap::new()),
+            removed: RwLock::new(HashMap::new()),
+            loading: tokio::sync::Mutex::new(()),
+        }
     }
 
     /// `Some(allowed)` from memory, or `None` when the event carries no `allow_version` (opened by
     /// an older seatrush), in which case the caller asks Redis.
     pub async fn contains(&self, view: &EventView, code: &CodeHash) -> RedisResult<Option<bool>> {
         let Some(version) = &view.allow_version else { return Ok(None) };
+        let listed = self.listed(view, version, code).await?;
+        if !listed || view.allow_removed == 0 {
+            return Ok(Some(listed));
+        }
+        Ok(Some(!self.removed_since_open(view, version).await?.hashes.contains(code.as_str())))
+    }
+
+    /// On the copy of the set `open` loaded, removals not counted.
+    async fn listed(&self, view: &EventView, version: &str, code: &CodeHash) -> RedisResult<bool> {
         if let Some(set) = self.current(&view.id, version) {
-            return Ok(Some(set.contains(code)));
+            return Ok(set.contains(code));
         }
         let _one_copy = self.loading.lock().await;
         if let Some(set) = self.current(&view.id, version) {
-            return Ok(Some(set.contains(code)));
+            return Ok(set.contains(code));
         }
         let set = self.load(view).await?;
         let allowed = set.contains(code);
         self.sets.write().expect("allowlist lock never poisoned").insert(view.id.clone(), set);
-        Ok(Some(allowed))
+        Ok(allowed)
+    }
+
+    /// The codes removed from this `allow_version`, re-read when the view counts more removals
+    /// than the copy held (a view older than the copy never makes it read again).
+    async fn removed_since_open(&self, view: &EventView, version: &str) -> RedisResult<Arc<RemovedSet>> {
+        let fresh = |set: &Arc<RemovedSet>| set.allow_version == version && set.count >= view.allow_removed;
+        if let Some(set) =
+            self.removed.read().expect("allowlist lock never poisoned").get(&view.id).filter(|s| fresh(s))
+        {
+            return Ok(set.clone());
+        }
+        let mut conn = self.link.shared().await?;
+        // The count first: a removal landing between the two reads is in the hash, and only
+        // makes the next check read again.
+        let (count, removed): (Option<i64>, HashMap<String, String>) = redis::pipe()
+            .hget(&view.keys.meta, "allow_removed")
+            .hgetall(&view.keys.allow_removed)
+            .query_async(&mut conn)
+            .await?;
+        let hashes = removed.into_iter().filter(|(_, v)| v == version).map(|(hash, _)| hash).collect();
+        let set = Arc::new(RemovedSet { allow_version: version.to_owned(), count: count.unwrap_or(0), hashes });
+        self.removed.write().expect("allowlist lock never poisoned").insert(view.id.clone(), set.clone());
+        Ok(set)
     }
 
     fn current(&self, id: &EventId, version: &str) -> Option<Arc<AllowSet>> {

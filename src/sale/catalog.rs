@@ -45,6 +45,8 @@ pub struct EventView {
     pub restricted: bool,
     /// Stamped by each `open`; a new value means the allowlist in Redis was replaced.
     pub allow_version: Option<String>,
+    /// Counts `allowlist remove` runs (`lua/allow_remove.lua`); 0 when none ran.
+    pub allow_removed: i64,
     /// The draw at the opening, if the event has one (docs/design.md#the-draw-at-the-opening).
     pub draw: Option<DrawView>,
 }
@@ -258,6 +260,7 @@ fn view_from(
         restricted: meta.get("restricted").is_some_and(|r| r == "1"),
         allow_version: meta.get("allow_version").cloned(),
         draw: None,
+        allow_removed: int("allow_removed").unwrap_or(0),
     })
 }
 
@@ -288,6 +291,7 @@ mod tests {
             restricted: false,
             allow_version: None,
             draw: None,
+            allow_removed: 0,
         }
     }
 

@@ -13,6 +13,7 @@ pub mod draw;
 pub mod heal;
 pub(crate) mod latency;
 pub mod lifecycle;
+pub mod moving;
 pub mod persister;
 pub mod provider_payment;
 pub(crate) mod reaper;

@@ -58,6 +58,9 @@ impl Sale {
         if let Err(e) = self.sync_releases_once().await {
             tracing::warn!(error = %e, "release sync pass failed; next pass retries");
         }
+        if let Err(e) = self.settle_moves_once().await {
+            tracing::warn!(error = %e, "settle of moves left behind failed; next pass retries");
+        }
     }
 
     /// Reaper passes and release syncs until `event` has nothing pending or `timeout` has
@@ -65,14 +68,22 @@ impl Sale {
     pub async fn drain(&self, event: &EventId, timeout: std::time::Duration) -> anyhow::Result<i64> {
         let deadline = std::time::Instant::now() + timeout;
         let pause = (self.settings.persist_timeout / 2).max(std::time::Duration::from_millis(10));
-        let pending_key = EventKeys::new(event).pending;
+        let keys = EventKeys::new(event);
         loop {
             // A pass can fail while Redis or the database is still coming back; the next one retries.
             let _ = self.reap_all_once().await;
             let _ = self.sync_releases_once().await;
-            // A fresh connection each time: after a failover it finds the current primary.
+            let _ = self.settle_moves_once().await;
+            // A fresh connection each time: after a failover it finds the current primary. A move
+            // Redis made and the database has not settled counts as pending too.
             let pending: anyhow::Result<i64> = match self.link.check().await {
-                Ok(mut conn) => redis::cmd("ZCARD").arg(&pending_key).query_async(&mut conn).await.map_err(Into::into),
+                Ok(mut conn) => redis::pipe()
+                    .zcard(&keys.pending)
+                    .zcard(&keys.moving)
+                    .query_async(&mut conn)
+                    .await
+                    .map(|(p, m): (i64, i64)| p + m)
+                    .map_err(Into::into),
                 Err(e) => Err(e.into()),
             };
             match pending {

@@ -30,12 +30,19 @@ impl Store {
     /// already has bookings cannot be removed, no cap may fall below its bookings (the database's
     /// checks say so), and `total_seats` may not shrink below a seat number a booking holds.
     pub async fn apply_event(&self, spec: &EventSpec) -> Result<(), StoreError> {
+        self.apply_event_as(spec, false).await
+    }
+
+    /// [`Store::apply_event`]; with `while_open`, an open event is changed too. The caller has
+    /// checked the change is one an open sale may take (`ops/live_change.rs`); the schema's CHECKs
+    /// still refuse a cap below the bookings.
+    pub async fn apply_event_as(&self, spec: &EventSpec, while_open: bool) -> Result<(), StoreError> {
         let id = spec.id.as_str();
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             let state: Option<(String,)> = sqlx::query_as("SELECT state FROM events WHERE id = $1")
                 .bind(id).fetch_optional(&mut *tx).await?;
-            if matches!(&state, Some((s,)) if s == "open") {
+            if !while_open && matches!(&state, Some((s,)) if s == "open") {
                 return Err(StoreError::EventOpen(id.to_owned()));
             }
             let (beyond,): (i64,) = sqlx::query_as(
@@ -202,6 +209,27 @@ impl Store {
                  ORDER BY code_hash LIMIT $3",
             ).bind(id.as_str()).bind(after).bind(limit).fetch_all(pool).await?)
         })
+    }
+
+    /// Takes codes off the event's allowlist; returns how many were on it. Their bookings stay.
+    pub async fn remove_from_allowlist(&self, id: &EventId, hashes: &[CodeHash]) -> Result<u64, StoreError> {
+        self.event(id).await?;
+        let mut removed = 0;
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            for batch in hashes.chunks(IMPORT_BATCH_ROWS) {
+                let mut delete = sqlx::QueryBuilder::new("DELETE FROM allowlist WHERE event_id = ");
+                delete.push_bind(id.as_str()).push(" AND code_hash IN (");
+                let mut list = delete.separated(", ");
+                for hash in batch {
+                    list.push_bind(hash.as_str());
+                }
+                delete.push(")");
+                removed += delete.build().execute(&mut *tx).await?.rows_affected();
+            }
+            tx.commit().await?;
+        });
+        Ok(removed)
     }
 
     /// The fingerprint of the pepper the event's allowlist was hashed with (None before the

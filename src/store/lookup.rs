@@ -17,12 +17,25 @@ pub struct CodeRecord {
     pub booking: Option<ExportRow>,
     /// Operator and provider actions on the code, oldest first.
     pub history: Vec<AuditEntry>,
+    /// What the code's bookings went through, oldest first (migration 0016's triggers).
+    pub steps: Vec<BookingStep>,
+}
+
+/// One step of a booking's history: `admitted`, `paid`, `moved`, `extended` or `released`, with
+/// the level and seat the booking had after it and the time of the write.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct BookingStep {
+    pub at_ms: i64,
+    pub action: String,
+    pub admission_id: String,
+    pub level: String,
+    pub slot: i64,
 }
 
 impl Store {
     pub async fn code_record(&self, event: &EventId, code: &CodeHash) -> Result<CodeRecord, StoreError> {
         let select = format!("{EXPORT_SELECT} WHERE b.event_id = $1 AND b.code_hash = $2");
-        let (registered, booking, mut history) = on_pool!(self, pool => {
+        let (registered, booking, mut history, mut steps) = on_pool!(self, pool => {
             let registered: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM allowlist WHERE event_id = $1 AND code_hash = $2")
                 .bind(event.as_str()).bind(code.as_str()).fetch_one(pool).await?;
             let booking: Option<ExportTuple> =
@@ -32,9 +45,15 @@ impl Store {
                  WHERE event_id = $1 AND code_hash = $2 ORDER BY id DESC LIMIT $3",
             )
             .bind(event.as_str()).bind(code.as_str()).bind(HISTORY_MAX).fetch_all(pool).await?;
-            (registered > 0, booking, history)
+            let steps: Vec<BookingStep> = sqlx::query_as(
+                "SELECT at_ms, action, admission_id, level, slot FROM booking_history
+                 WHERE event_id = $1 AND code_hash = $2 ORDER BY id DESC LIMIT $3",
+            )
+            .bind(event.as_str()).bind(code.as_str()).bind(HISTORY_MAX).fetch_all(pool).await?;
+            (registered > 0, booking, history, steps)
         });
         history.reverse();
-        Ok(CodeRecord { registered, booking: booking.map(to_export_row).transpose()?, history })
+        steps.reverse();
+        Ok(CodeRecord { registered, booking: booking.map(to_export_row).transpose()?, history, steps })
     }
 }

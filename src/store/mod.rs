@@ -11,6 +11,7 @@ mod events;
 mod export;
 mod hold_batch;
 mod lookup;
+mod moves;
 mod payments;
 mod sqlite_batch;
 
@@ -22,7 +23,8 @@ pub use draws::{DrawnEntry, StoredDraw};
 pub use events::StoredEvent;
 pub use export::ExportRow;
 pub use hold_batch::{HoldItem, PostgresBatchWriter, Written};
-pub use lookup::{CodeRecord, HISTORY_MAX};
+pub use lookup::{BookingStep, CodeRecord, HISTORY_MAX};
+pub use moves::{MoveClaim, MoveWrite, Place};
 pub use payments::{ExtendOutcome, EXTEND_SECONDS_MAX};
 pub use sqlite_batch::SqliteBatchWriter;
 
