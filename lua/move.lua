@@ -14,6 +14,8 @@
 -- KEYS[5] {ev:ID}:pending  zset  admissions not yet in the database
 -- KEYS[6] {ev:ID}:moves    hash  code hash -> "move-id nonce admission-id old-slot old-level new-slot new-level"
 -- KEYS[7] {ev:ID}:moving   zset  code hash -> when its move began (Redis's clock, ms)
+-- KEYS[8] {ev:ID}:meta     hash  with per-level seat numbering base:LEVEL, the new level's block
+--                                offset: the new seat is taken from that block, as admit.lua does
 -- ARGV[1] code hash  ARGV[2] nonce  ARGV[3] admission id (the booking the database holds)
 -- ARGV[4] the new level  ARGV[5] a fresh move id
 -- Checks, in this order:
@@ -51,11 +53,23 @@ end
 if tonumber(redis.call('HGET', KEYS[2], to) or '0') >= tonumber(cap) then
   return -3
 end
-local popped = redis.call('ZPOPMIN', KEYS[4])
-if #popped == 0 then
-  return -2
+local seat
+local base = redis.call('HGET', KEYS[8], 'base:' .. to)
+if base then
+  -- The lowest free seat of the new level's room, never one of another level's block.
+  local lowest = redis.call('ZRANGEBYSCORE', KEYS[4], tonumber(base) + 1, tonumber(base) + tonumber(cap), 'LIMIT', 0, 1)
+  if #lowest == 0 then
+    return -2
+  end
+  seat = lowest[1]
+  redis.call('ZREM', KEYS[4], seat)
+else
+  local popped = redis.call('ZPOPMIN', KEYS[4])
+  if #popped == 0 then
+    return -2
+  end
+  seat = popped[1]
 end
-local seat = popped[1]
 redis.call('HINCRBY', KEYS[2], to, 1)
 redis.call('HSET', KEYS[1], ARGV[1], nonce .. ' ' .. admission .. ' ' .. seat .. ' ' .. to .. ' ' .. admitted)
 redis.call('HSET', KEYS[6], ARGV[1],

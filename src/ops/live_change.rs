@@ -14,6 +14,7 @@
 //! `serve` sees the change at its catalog's next read (`sale/catalog.rs`, within 250 ms).
 
 use crate::domain::event::EventSpec;
+use crate::domain::session::seat_bases;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::oplock::OperatorLock;
 use crate::redis_io::scripts::{self, Script};
@@ -23,6 +24,19 @@ use redis::aio::MultiplexedConnection;
 /// Every reason to refuse `new` in place of `old` while the sale runs; empty when it may go ahead.
 pub fn refusals(old: &EventSpec, new: &EventSpec) -> Vec<String> {
     let mut why = Vec::new();
+    if new.seat_numbering != old.seat_numbering {
+        why.push(
+            "seat_numbering cannot change while the sale is open: seats already given would change rooms".to_owned(),
+        );
+    } else if seat_bases(new.seat_numbering, &new.levels) != seat_bases(old.seat_numbering, &old.levels) {
+        // Per-level blocks are laid out from the caps in level order: a raised cap or a new level
+        // shifts the blocks after it, and seats already given would change rooms.
+        why.push(
+            "with seat_numbering = \"per-level\", caps and levels cannot change while the sale is open \
+             (each level's seats are a block of the numbering); close, apply, open"
+                .to_owned(),
+        );
+    }
     if new.total_seats != old.total_seats {
         why.push(format!(
             "total_seats cannot change while the sale is open ({} to {}); close, apply, open",
@@ -140,5 +154,17 @@ B1 = 50
         let none = OPEN.replace("closes_at = \"2027-03-01T12:00:00Z\"\n", "");
         let why = refusals(&EventSpec::from_toml(&none).unwrap(), &EventSpec::from_toml(OPEN).unwrap());
         assert!(why[0].contains("it had none"), "{why:?}");
+    }
+
+    #[test]
+    fn per_level_blocks_never_move_while_open() {
+        let per_level = OPEN.replace("total_seats = 100\n", "seat_numbering = \"per-level\"\n");
+        let spec = |text: &str| EventSpec::from_toml(text).unwrap();
+        let raised = refusals(&spec(&per_level), &spec(&per_level.replace("A1 = 30", "A1 = 31")));
+        assert!(raised.iter().any(|w| w.contains("per-level")), "{raised:?}");
+        let switched =
+            refusals(&spec(OPEN.replace("total_seats = 100", "total_seats = 80").as_str()), &spec(&per_level));
+        assert!(switched.iter().any(|w| w.contains("seat_numbering cannot change")), "{switched:?}");
+        assert!(refusals(&spec(&per_level), &spec(&per_level.replace("12:00:00Z", "13:00:00Z"))).is_empty());
     }
 }

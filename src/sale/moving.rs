@@ -127,8 +127,9 @@ impl Sale {
         level: &LevelName,
         move_id: &str,
     ) -> Result<Taken, MoveError> {
-        let keys_ = [&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending, &keys.moves, &keys.moving]
-            .map(String::as_str);
+        let keys_ =
+            [&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending, &keys.moves, &keys.moving, &keys.meta]
+                .map(String::as_str);
         let args = [row.code.as_str(), row.nonce.as_str(), row.admission_id.as_str(), level.as_str(), move_id];
         let reply: Value =
             scripts::run(conn, &MOVE, &MOVE.call(&keys_, &args)).await.map_err(|e| self.redis_failed(e))?;

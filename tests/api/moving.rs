@@ -105,7 +105,7 @@ async fn redis_half(app: &TestApp, code: &str, level: &str, move_id: &str) -> i6
     let reply: Vec<i64> = app.redis(
         redis::cmd("EVAL")
             .arg(include_str!("../../lua/move.lua"))
-            .arg(7)
+            .arg(8)
             .arg(&k.adm)
             .arg(&k.taken)
             .arg(&k.cap)
@@ -113,6 +113,7 @@ async fn redis_half(app: &TestApp, code: &str, level: &str, move_id: &str) -> i6
             .arg(&k.pending)
             .arg(&k.moves)
             .arg(&k.moving)
+            .arg(&k.meta)
             .arg(row.code.as_str())
             .arg(row.nonce.as_str())
             .arg(&row.admission_id)
@@ -198,5 +199,27 @@ async fn moves_racing_a_crowd_never_sell_a_seat_twice() {
         assert!(row.holds_seat(), "a moved (or refused) booking keeps a seat: {row:?}");
     }
     app.sale.drain(&app.event, Duration::from_secs(20)).await.unwrap();
+    app.assert_invariants().await;
+}
+
+/// With per-level numbering a move takes its seat from the new level's block (its room), never the
+/// lowest free seat of the event, which belongs to another room.
+#[tokio::test]
+async fn a_move_under_per_level_numbering_takes_a_seat_in_the_new_levels_room() {
+    let app = spawn_app(AppOptions {
+        seats: 5,
+        levels: vec![("A1", 2), ("B1", 3)],
+        seat_numbering: seatrush::domain::session::SeatNumbering::PerLevel,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("p")).await.status, 201);
+    let (status, moved) = move_to(&app, "CODE-00001", "B1", Some(OPERATOR_TOKEN)).await;
+    assert_eq!(status, 200, "{moved}");
+    let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
+    // A1's block is seats 1-2, B1's is 3-5: seat 2 is free and lower, but it is A1's.
+    assert_eq!((row.level.as_str(), row.slot), ("B1", 3), "the first seat of B1's block");
+    let redis = app.redis_state();
+    assert!(redis.free.contains(&1) && redis.free.contains(&2), "A1's room is free again: {redis:?}");
     app.assert_invariants().await;
 }
