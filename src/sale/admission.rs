@@ -38,7 +38,7 @@ impl Sale {
                 // final for an attempt whose seat the database holds. A code refused as not
                 // registered reads nothing more: that is a guesser's path.
                 if matches!(refusal, Refusal::Closed | Refusal::NotOpen) {
-                    if let Some(row) = self.attempt_row(&view, req).await {
+                    if let Some(row) = self.attempt_row(&view, req).await? {
                         return self.answer_from_database(&view, row).await;
                     }
                 }
@@ -148,7 +148,13 @@ impl Sale {
         // One indexed read of the code's row before a refusal is final: a retry whose record
         // Redis lost (a promoted replica that missed it, before the heal) is refused by Redis's
         // counters or window although the database holds its seat. That seat is its answer.
-        let Some(row) = self.code_row(view, &req.code).await.filter(|r| r.holds_seat()) else {
+        let row = match self.code_row(view, &req.code).await {
+            Ok(row) => row.filter(|r| r.holds_seat()),
+            // Unread, a refusal is not final (a second click's `409` just names no seat).
+            Err(retry) if final_refusal.is_some() => return Err(retry),
+            Err(_) => None,
+        };
+        let Some(row) = row else {
             return Err(final_refusal.unwrap_or(Refusal::AlreadyAdmitted(None)));
         };
         if row.nonce == req.nonce {
@@ -168,8 +174,12 @@ impl Sale {
     }
 
     /// The code's row, when it holds a seat for this very attempt (this nonce).
-    async fn attempt_row(&self, view: &EventView, req: &BookingRequest) -> Option<crate::store::BookingRow> {
-        self.code_row(view, &req.code).await.filter(|r| r.holds_seat() && r.nonce == req.nonce)
+    async fn attempt_row(
+        &self,
+        view: &EventView,
+        req: &BookingRequest,
+    ) -> Result<Option<crate::store::BookingRow>, Refusal> {
+        Ok(self.code_row(view, &req.code).await?.filter(|r| r.holds_seat() && r.nonce == req.nonce))
     }
 
     /// The database holds this attempt's seat while Redis refused it: Redis lost the attempt's
@@ -183,12 +193,13 @@ impl Sale {
     }
 
     /// The code's booking row (the code is the candidate's credential: a person who pressed again
-    /// sees their seat in a `409 already_admitted`). Bounded by the persist deadline: a stalled
-    /// database costs the seat in the answer, never the answer.
-    async fn code_row(&self, view: &EventView, code: &CodeHash) -> Option<crate::store::BookingRow> {
+    /// sees their seat in a `409 already_admitted`). Bounded by the persist deadline; a read that
+    /// fails or runs past it is `Retry`.
+    async fn code_row(&self, view: &EventView, code: &CodeHash) -> Result<Option<crate::store::BookingRow>, Refusal> {
         match tokio::time::timeout(self.settings.persist_deadline, self.seat_reads.booking(&view.id, code)).await {
-            Ok(Ok(row)) => row,
-            _ => None,
+            Ok(Ok(row)) => Ok(row),
+            Ok(Err(_)) => Err(Refusal::Retry("database unavailable")),
+            Err(_) => Err(Refusal::Retry("database read past its deadline")),
         }
     }
 
