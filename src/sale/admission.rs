@@ -34,6 +34,14 @@ impl Sale {
         let gate = self.gate(&view, req).await?;
         if let Some(refusal) = &gate {
             if !self.admitted_with_nonce(&view, req).await? {
+                // Redis may have lost the record (before the heal): the window's refusal is not
+                // final for an attempt whose seat the database holds. A code refused as not
+                // registered reads nothing more: that is a guesser's path.
+                if matches!(refusal, Refusal::Closed | Refusal::NotOpen) {
+                    if let Some(row) = self.attempt_row(&view, req).await? {
+                        return self.answer_from_database(&view, row).await;
+                    }
+                }
                 return Err(refusal.clone());
             }
         } else if view.draw.as_ref().is_some_and(|d| !d.done) {
@@ -149,11 +157,11 @@ impl Sale {
             // The gate's cached view or this host's clock said open; Redis's own say otherwise.
             ScriptRefusal::Outside(OutsideWindow::NotOpen) => {
                 Stats::bump(&self.stats.window_refused);
-                return Err(Refusal::NotOpen);
+                Some(Refusal::NotOpen)
             }
             ScriptRefusal::Outside(OutsideWindow::Closed) => {
                 Stats::bump(&self.stats.window_refused);
-                return Err(Refusal::Closed);
+                Some(Refusal::Closed)
             }
             ScriptRefusal::Outside(OutsideWindow::NotLoaded) => {
                 // Redis lost the event whole (a wipe): evidence for the heal, which rebuilds it.
@@ -164,31 +172,59 @@ impl Sale {
         };
         // One indexed read of the code's row before a refusal is final: a retry whose record
         // Redis lost (a promoted replica that missed it, before the heal) is refused by Redis's
-        // counters although the database holds its seat. That seat is its answer; another
-        // attempt of a code that holds a seat is told so. Either way Redis lost the code's
-        // record, and the event is healed (docs/design.md#the-heal).
-        let Some(row) = self.code_row(view, &req.code).await.filter(|r| r.holds_seat()) else {
+        // counters or window although the database holds its seat. That seat is its answer.
+        let row = match self.code_row(view, &req.code).await {
+            Ok(row) => row.filter(|r| r.holds_seat()),
+            // Unread, a refusal is not final (a second click's `409` just names no seat).
+            Err(retry) if final_refusal.is_some() => return Err(retry),
+            Err(_) => None,
+        };
+        let Some(row) = row else {
             return Err(final_refusal.unwrap_or(Refusal::AlreadyAdmitted(None)));
         };
-        let this_attempt = row.nonce == req.nonce;
-        if final_refusal.is_some() || this_attempt {
-            self.heal_wanted.want(&view.id);
+        if row.nonce == req.nonce {
+            return self.answer_from_database(view, row).await;
         }
-        if !this_attempt {
-            return Err(Refusal::AlreadyAdmitted(Some(row.seat())));
+        match final_refusal {
+            // A second click: the seat the code holds.
+            None => Err(Refusal::AlreadyAdmitted(Some(row.seat()))),
+            // The window refused before the script read the code's record.
+            Some(window @ (Refusal::Closed | Refusal::NotOpen)) => Err(window),
+            // Redis had no record for a code the database says holds a seat: it lost it.
+            Some(_) => {
+                self.heal_wanted.want(&view.id);
+                Err(Refusal::AlreadyAdmitted(Some(row.seat())))
+            }
         }
+    }
+
+    /// The code's row, when it holds a seat for this very attempt (this nonce).
+    async fn attempt_row(
+        &self,
+        view: &EventView,
+        req: &BookingRequest,
+    ) -> Result<Option<crate::store::BookingRow>, Refusal> {
+        Ok(self.code_row(view, &req.code).await?.filter(|r| r.holds_seat() && r.nonce == req.nonce))
+    }
+
+    /// The database holds this attempt's seat while Redis refused it: Redis lost the attempt's
+    /// record. The seat is the answer, as for any retry (unless its hold ran out), and the event
+    /// is healed (docs/design.md#a-final-refusal-is-checked-against-the-database).
+    async fn answer_from_database(&self, view: &EventView, row: crate::store::BookingRow) -> Result<Booked, Refusal> {
         Stats::bump(&self.stats.refusals_answered_from_database);
+        self.heal_wanted.want(&view.id);
         let clock_ms = self.store.clock_ms().await.map_err(|_| Refusal::Retry("database unavailable"))?;
         unexpired(row.seat(), clock_ms)
     }
 
     /// The code's booking row (the code is the candidate's credential: a person who pressed again
-    /// sees their seat in a `409 already_admitted`). Bounded by the persist deadline: a stalled
-    /// database costs the seat in the answer, never the answer.
-    async fn code_row(&self, view: &EventView, code: &CodeHash) -> Option<crate::store::BookingRow> {
+    /// sees their seat in a `409 already_admitted`). Bounded by the persist deadline; a read that
+    /// fails or runs past it is `Retry`.
+    async fn code_row(&self, view: &EventView, code: &CodeHash) -> Result<Option<crate::store::BookingRow>, Refusal> {
         match tokio::time::timeout(self.settings.persist_deadline, self.seat_reads.booking(&view.id, code)).await {
-            Ok(Ok(row)) => row,
-            _ => None,
+            Ok(Ok(row)) => Ok(row),
+            Ok(Err(_)) => Err(Refusal::Retry("database unavailable")),
+            Err(_) => Err(Refusal::Retry("database read past its deadline")),
         }
     }
 

@@ -297,3 +297,21 @@ async fn a_retry_redis_forgot_gets_its_seat_not_a_final_refusal() {
     let retry = app.book("CODE-00001", "A1", &n1).await;
     assert_eq!((retry.status, retry.body["slot"].as_i64()), (201, Some(w.slot)), "{:?}", retry.body);
 }
+
+/// The same after `close`: the gate's `403 closed` (and admit.lua's window) is not final for a
+/// retry whose record Redis lost while the database holds its seat; a fresh attempt is refused.
+#[tokio::test]
+async fn a_retry_redis_forgot_gets_its_seat_after_close() {
+    let app = spawn_app(AppOptions::default()).await;
+    let n1 = nonce("first");
+    assert_eq!(app.book("CODE-00001", "A1", &n1).await.status, 201);
+    let w = row(&app, "CODE-00001").await;
+    lose_admission(&app, &w);
+    let mut conn = app.sale.link().check().await.unwrap();
+    loader::close_event(&mut conn, &app.store, &app.event).await.unwrap();
+    tokio::time::sleep(seatrush::sale::catalog::CATALOG_TTL * 2).await;
+    let retry = app.book("CODE-00001", "A1", &n1).await;
+    assert_eq!((retry.status, retry.body["slot"].as_i64()), (201, Some(w.slot)), "{:?}", retry.body);
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("second")).await.status_str(), "closed");
+    assert_eq!(app.book("CODE-00002", "A1", &nonce("x")).await.status_str(), "closed");
+}
