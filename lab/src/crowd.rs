@@ -134,7 +134,8 @@ pub async fn attempt(client: &reqwest::Client, urls: &[String], first: usize, ca
             Ok(response) => {
                 let status = response.status().as_u16();
                 let body = response.json().await.unwrap_or(serde_json::Value::Null);
-                if status != 503 {
+                // 202: an entry of the draw at the opening; its answer comes at decides_at.
+                if status != 503 && status != 202 {
                     return Outcome { candidate, nonce, status, body, tries };
                 }
                 last = (status, body);

@@ -90,12 +90,16 @@ pub enum Outcome {
     Admitted,
     /// 4xx: a final answer without a seat.
     Refused,
-    /// 5xx: the client will try again.
+    /// 5xx, and the draw's 202: the client will try again.
     Retry,
 }
 
 impl AnswerStatus {
     pub const fn outcome(self) -> Outcome {
+        if matches!(self, AnswerStatus::Queued) {
+            // A 202 of the draw: no seat yet, the client asks again at decides_at.
+            return Outcome::Retry;
+        }
         match self.http_code() {
             200..=299 => Outcome::Admitted,
             500..=599 => Outcome::Retry,
@@ -137,5 +141,6 @@ mod tests {
         assert_eq!(AnswerStatus::InternalError.outcome(), Outcome::Retry);
         assert_eq!(AnswerStatus::Released.outcome(), Outcome::Refused);
         assert_eq!(AnswerStatus::Unauthorized.outcome(), Outcome::Refused);
+        assert_eq!(AnswerStatus::Queued.outcome(), Outcome::Retry, "a 202 of the draw is not a seat");
     }
 }

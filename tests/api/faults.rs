@@ -25,6 +25,7 @@ fn config(faults: Vec<FaultKind>) -> RunConfig {
         // FAULTS.md showed only with them).
         rebook_per_mille: 500,
         commit_connections: 2,
+        fair_start_seconds: 0,
         report: None,
     }
 }
@@ -58,6 +59,20 @@ async fn lost_replies_break_no_invariant() {
 async fn killed_serves_break_no_invariant() {
     let r = clean_under(FaultKind::KillServe).await;
     assert!(r.serve_kills > 0);
+}
+
+/// The draw at the opening (issue 31) while serves are killed (the drawer among them) and
+/// Sentinel fails over: the crowd's first seconds enter the draw, and its record verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_draw_under_killed_serves_and_a_failover_breaks_no_invariant() {
+    let mut c = config(vec![FaultKind::KillServe, FaultKind::Failover]);
+    c.fair_start_seconds = 12;
+    let report = run(c).await;
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.gave_up, 0, "every candidate got a final answer");
+    let draw = report.draw.as_deref().expect("the run had a draw");
+    assert!(draw.contains("the order verifies") && !draw.starts_with("0 entries"), "{draw}");
+    assert!(report.serve_kills > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,5 +10,6 @@ mod accessibility;
 mod booking_page;
 mod crowd;
 mod dashboard;
+mod draw;
 mod pages;
 mod webdriver;

@@ -84,6 +84,11 @@ pub struct RunConfig {
     /// Committer connections per serve (at least 2, so group-commit rounds overlap)
     #[arg(long, default_value_t = 2)]
     pub commit_connections: usize,
+    /// The draw at the opening (docs/design.md#the-draw-at-the-opening): the event opens when
+    /// the run builds it and takes entries for this many seconds, which must cover the
+    /// deployment's start (about 5-10 s) plus the part of the burst meant for the draw; 0: none
+    #[arg(long, default_value_t = 0)]
+    pub fair_start_seconds: i64,
     /// Where the JSON report goes
     #[arg(long)]
     pub report: Option<std::path::PathBuf>,
@@ -127,6 +132,8 @@ pub struct Report {
     pub heals: BTreeMap<String, u64>,
     pub violations: Vec<String>,
     pub seconds: f64,
+    /// With --fair-start-seconds: the draw's entries and whether its order verifies.
+    pub draw: Option<String>,
 }
 
 fn spec(seats: i64, hold_seconds: i64) -> EventSpec {
@@ -174,7 +181,11 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     let kinds: Vec<FaultKind> =
         if config.all_faults { FaultKind::ALL.into_iter().filter(supported).collect() } else { config.faults.clone() };
     let codes: Vec<String> = (1..=config.candidates).map(|i| format!("RUN-{i:06}")).collect();
-    let spec = spec(config.seats, config.hold_seconds);
+    let spec = EventSpec {
+        opens_at_ms: (config.fair_start_seconds > 0).then(now_ms),
+        fair_start_seconds: config.fair_start_seconds,
+        ..spec(config.seats, config.hold_seconds)
+    };
     let options = TopologyOptions {
         postgres: !config.sqlite,
         serves: config.serves.max(1),
@@ -239,6 +250,20 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     let mut violations = invariants::violations(&mut conn, &topo.store, &event).await?;
     violations.extend(invariants::told_violations(&topo.store, &event, &journal).await?);
     violations.extend(invariants::settled_violations(&topo.store, &event, now_ms()).await?);
+    let draw = if config.fair_start_seconds > 0 {
+        let stored = topo.store.draw(&event).await?;
+        let used = topo.store.drawn_entries(&event).await?;
+        let admitted = used.iter().filter(|e| e.outcome == "admitted").count();
+        Some(match seatrush::ops::draw::verify_record(&event, stored.as_ref(), &used) {
+            Ok(n) => format!("{n} entries, {admitted} admitted by the draw; the order verifies"),
+            Err(e) => {
+                violations.push(format!("the draw: {e}"));
+                format!("not verified: {e}")
+            }
+        })
+    } else {
+        None
+    };
     let redis_taken: i64 = redis::cmd("HVALS")
         .arg(seatrush::redis_io::keys::EventKeys::new(&event).taken)
         .query_async::<Vec<i64>>(&mut conn)
@@ -257,6 +282,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         journal.operator.iter().filter(|a| a.call == call && a.status == 200 && a.what == what).count()
     };
     Ok(Report {
+        draw,
         faults: kinds,
         broken_guard: config.break_guard.clone(),
         seats: config.seats,
@@ -473,6 +499,9 @@ impl Report {
             f.told, f.holding, f.cancelled, f.expired
         );
         println!("  heal counters of the serves at the end: {:?}", self.heals);
+        if let Some(draw) = &self.draw {
+            println!("  the draw at the opening: {draw}");
+        }
         println!("  violations: {}", self.violations.len());
         for v in &self.violations {
             println!("    - {v}");
