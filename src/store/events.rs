@@ -13,7 +13,7 @@ const IMPORT_BATCH_ROWS: usize = 5_000;
 
 /// An `events` row as `query_as` decodes it: total_seats, hold_seconds, opens_at_ms,
 /// closes_at_ms, state.
-type EventRow = (i64, i64, Option<i64>, Option<i64>, String, Option<String>, String);
+type EventRow = (i64, i64, Option<i64>, Option<i64>, String, Option<String>, String, Option<String>);
 /// A `levels` row: name, cap, display name, starts_at_ms, venue.
 type LevelRow = (String, i64, Option<String>, Option<i64>, Option<String>);
 
@@ -68,14 +68,14 @@ impl Store {
                 }
             }
             sqlx::query(
-                "INSERT INTO events (id, total_seats, hold_seconds, opens_at_ms, closes_at_ms, payment_url, seat_numbering)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                "INSERT INTO events (id, total_seats, hold_seconds, opens_at_ms, closes_at_ms, payment_url, seat_numbering, language)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                  ON CONFLICT (id) DO UPDATE SET total_seats = excluded.total_seats, hold_seconds = excluded.hold_seconds,
                  opens_at_ms = excluded.opens_at_ms, closes_at_ms = excluded.closes_at_ms, payment_url = excluded.payment_url,
-                 seat_numbering = excluded.seat_numbering",
+                 seat_numbering = excluded.seat_numbering, language = excluded.language",
             )
             .bind(id).bind(spec.total_seats).bind(spec.hold_seconds).bind(spec.opens_at_ms).bind(spec.closes_at_ms)
-            .bind(&spec.payment_url).bind(spec.seat_numbering.as_str())
+            .bind(&spec.payment_url).bind(spec.seat_numbering.as_str()).bind(&spec.language)
             .execute(&mut *tx).await.map_err(|e| refusal(e, "total_seats is below the seats already booked"))?;
             let existing: Vec<(String, i64)> = sqlx::query_as("SELECT name, taken FROM levels WHERE event_id = $1")
                 .bind(id).fetch_all(&mut *tx).await?;
@@ -106,10 +106,10 @@ impl Store {
     pub async fn event(&self, id: &EventId) -> Result<StoredEvent, StoreError> {
         on_pool!(self, pool => {
             let row: Option<EventRow> = sqlx::query_as(
-                "SELECT total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url, seat_numbering
+                "SELECT total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url, seat_numbering, language
                  FROM events WHERE id = $1",
             ).bind(id.as_str()).fetch_optional(pool).await?;
-            let (total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url, numbering) =
+            let (total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url, numbering, language) =
                 row.ok_or_else(|| StoreError::UnknownEvent(id.to_string()))?;
             let rows: Vec<LevelRow> = sqlx::query_as(
                 "SELECT name, cap, display_name, starts_at_ms, venue FROM levels WHERE event_id = $1 ORDER BY name",
@@ -126,7 +126,7 @@ impl Store {
             }
             let spec = EventSpec {
                 id: id.clone(), total_seats, hold_seconds, opens_at_ms, closes_at_ms, levels, sessions,
-                seat_numbering: SeatNumbering::parse(&numbering).unwrap_or_default(), payment_url,
+                seat_numbering: SeatNumbering::parse(&numbering).unwrap_or_default(), language, payment_url,
             };
             Ok(StoredEvent { spec, state })
         })

@@ -10,5 +10,6 @@ mod accessibility;
 mod booking_page;
 mod crowd;
 mod dashboard;
+mod languages;
 mod pages;
 mod webdriver;
