@@ -9,3 +9,6 @@ ALTER TABLE levels ADD COLUMN venue TEXT;
 -- The levels a code may book (the `levels` column of an allowlist CSV): level names separated by
 -- spaces, NULL for any level of the event.
 ALTER TABLE allowlist ADD COLUMN levels TEXT;
+-- The booking page's language for the event (`language` in the event file; NULL: the browser's
+-- Accept-Language chooses).
+ALTER TABLE events ADD COLUMN language TEXT;

@@ -41,6 +41,7 @@ fn demo_spec(seats: i64) -> EventSpec {
         levels: BTreeMap::from([(level("A1"), seats / 2), (level("B1"), seats / 2), (level("C1"), seats / 3)]),
         sessions: BTreeMap::new(),
         seat_numbering: Default::default(),
+        language: None,
         payment_url: None,
         fair_start_seconds: 0,
     }

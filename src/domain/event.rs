@@ -93,6 +93,8 @@ pub enum EventError {
     FairStart(i64),
     #[error("fair_start_seconds needs opens_at (the draw's window starts there), and closes_at must come after opens_at + fair_start_seconds")]
     FairStartWindow,
+    #[error("language {0:?} must be a language tag such as \"fr\" or \"pt-BR\"")]
+    Language(String),
     #[error(transparent)]
     PaymentUrl(#[from] crate::domain::payment_url::PaymentUrlError),
 }
@@ -111,6 +113,9 @@ pub struct EventSpec {
     /// What is shown of the levels that have display fields (`[levels.NAME]` tables).
     pub sessions: BTreeMap<LevelName, Session>,
     pub seat_numbering: SeatNumbering,
+    /// The booking page's language for this event (`language = "fr"`); None: the browser's
+    /// `Accept-Language` chooses (`http/page_strings.rs`).
+    pub language: Option<String>,
     /// The pay-link template the page shows after a `201` (`domain/payment_url.rs`).
     pub payment_url: Option<String>,
     /// Seconds after `opens_at` during which attempts enter a draw instead of being admitted in
@@ -134,6 +139,7 @@ struct EventFile {
     opens_at: Option<String>,
     closes_at: Option<String>,
     seat_numbering: Option<String>,
+    language: Option<String>,
     levels: BTreeMap<String, LevelEntry>,
     payment_url: Option<String>,
     fair_start_seconds: Option<i64>,
@@ -177,6 +183,9 @@ impl EventSpec {
             None => SeatNumbering::EventWide,
             Some(s) => SeatNumbering::parse(&s).ok_or(EventError::SeatNumbering(s))?,
         };
+        if let Some(language) = file.language.as_ref().filter(|l| !is_language_tag(l)) {
+            return Err(EventError::Language(language.clone()));
+        }
         if !(1..=HOLD_SECONDS_MAX).contains(&file.hold_seconds) {
             return Err(EventError::HoldSeconds(file.hold_seconds));
         }
@@ -252,10 +261,21 @@ impl EventSpec {
             levels,
             sessions,
             seat_numbering,
+            language: file.language,
             payment_url: file.payment_url.as_deref().map(crate::domain::payment_url::parse_payment_url).transpose()?,
             fair_start_seconds,
         })
     }
+}
+
+/// A language tag as the page accepts it: `fr`, `pt-BR` (2–3 letters, optional region or script).
+pub fn is_language_tag(tag: &str) -> bool {
+    let mut parts = tag.split('-');
+    let primary = parts.next().unwrap_or("");
+    (2..=3).contains(&primary.len())
+        && primary.bytes().all(|b| b.is_ascii_lowercase())
+        && parts.all(|p| (2..=8).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_alphanumeric()))
+        && tag.len() <= 16
 }
 
 /// Formats epoch milliseconds as RFC 3339 (UTC), as the API answers times.
@@ -374,6 +394,16 @@ B1 = 50
         let past_close =
             GOOD.replace("[levels]", "fair_start_seconds = 3600\n[levels]").replace("12:00:00Z", "10:00:00Z");
         assert!(matches!(EventSpec::from_toml(&past_close), Err(EventError::FairStartWindow)));
+    }
+
+    #[test]
+    fn a_language_is_a_language_tag() {
+        assert_eq!(EventSpec::from_toml(GOOD).unwrap().language, None);
+        let fr = GOOD.replace("[levels]", "language = \"fr\"\n[levels]");
+        assert_eq!(EventSpec::from_toml(&fr).unwrap().language.as_deref(), Some("fr"));
+        let bad = GOOD.replace("[levels]", "language = \"French\"\n[levels]");
+        assert!(matches!(EventSpec::from_toml(&bad), Err(EventError::Language(_))));
+        assert!(is_language_tag("pt-BR") && !is_language_tag("f") && !is_language_tag("fr_FR"));
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub(crate) mod moving;
 pub(crate) mod openapi;
 pub(crate) mod operator;
 mod page;
+pub mod page_strings;
 pub mod refusal_limit;
 pub mod server;
 pub(crate) mod sessions;
@@ -77,6 +78,8 @@ pub struct App {
     /// refuses every notice (`401`).
     pub payment_webhook_secret: Option<SecretString>,
     pub edge: Arc<Edge>,
+    /// The booking page's words in every language it speaks.
+    pub page_strings: Arc<page_strings::PageStrings>,
 }
 
 /// Settings of the HTTP edge (`serve` and `demo` flags).

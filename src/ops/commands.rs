@@ -356,6 +356,10 @@ pub async fn build_app(connections: &Connections, settings: &ServeSettings) -> a
         operator_token,
         payment_webhook_secret: settings.payment_webhook_secret()?,
         edge: Edge::new(settings.edge()),
+        page_strings: Arc::new(
+            crate::http::page_strings::PageStrings::load(settings.page_strings_dir.as_deref())
+                .context("the page strings directory")?,
+        ),
     }))
 }
 

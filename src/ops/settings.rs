@@ -161,6 +161,11 @@ pub struct ServeSettings {
     /// Send Strict-Transport-Security (when TLS is terminated in front of seatrush)
     #[arg(long, env = "SEATRUSH_HSTS", default_value_t = false, action = clap::ArgAction::Set)]
     pub hsts: bool,
+    /// A directory of the booking page's strings, one LANG.json each (keys of
+    /// assets/strings/en.json): a bundled language's texts are replaced key by key, a new
+    /// language must give every key. Read once at start
+    #[arg(long, env = "SEATRUSH_PAGE_STRINGS_DIR")]
+    pub page_strings_dir: Option<std::path::PathBuf>,
 }
 
 /// Where the payment provider's signing secret comes from (the environment only).

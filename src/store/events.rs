@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 const IMPORT_BATCH_ROWS: usize = 5_000;
 
 /// An `events` row as `query_as` decodes it: total_seats, hold_seconds, opens_at_ms,
-/// closes_at_ms, state, payment_url, seat_numbering, fair_start_seconds.
-type EventRow = (i64, i64, Option<i64>, Option<i64>, String, Option<String>, String, i64);
+/// closes_at_ms, state, payment_url, seat_numbering, fair_start_seconds, language.
+type EventRow = (i64, i64, Option<i64>, Option<i64>, String, Option<String>, String, i64, Option<String>);
 /// A `levels` row: name, cap, display name, starts_at_ms, venue.
 type LevelRow = (String, i64, Option<String>, Option<i64>, Option<String>);
 
@@ -76,14 +76,15 @@ impl Store {
             }
             sqlx::query(
                 "INSERT INTO events (id, total_seats, hold_seconds, opens_at_ms, closes_at_ms, payment_url, seat_numbering,
-                 fair_start_seconds)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                 fair_start_seconds, language)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                  ON CONFLICT (id) DO UPDATE SET total_seats = excluded.total_seats, hold_seconds = excluded.hold_seconds,
                  opens_at_ms = excluded.opens_at_ms, closes_at_ms = excluded.closes_at_ms, payment_url = excluded.payment_url,
-                 seat_numbering = excluded.seat_numbering, fair_start_seconds = excluded.fair_start_seconds",
+                 seat_numbering = excluded.seat_numbering, fair_start_seconds = excluded.fair_start_seconds,
+                 language = excluded.language",
             )
             .bind(id).bind(spec.total_seats).bind(spec.hold_seconds).bind(spec.opens_at_ms).bind(spec.closes_at_ms)
-            .bind(&spec.payment_url).bind(spec.seat_numbering.as_str()).bind(spec.fair_start_seconds)
+            .bind(&spec.payment_url).bind(spec.seat_numbering.as_str()).bind(spec.fair_start_seconds).bind(&spec.language)
             .execute(&mut *tx).await.map_err(|e| refusal(e, "total_seats is below the seats already booked"))?;
             let existing: Vec<(String, i64)> = sqlx::query_as("SELECT name, taken FROM levels WHERE event_id = $1")
                 .bind(id).fetch_all(&mut *tx).await?;
@@ -115,9 +116,9 @@ impl Store {
         on_pool!(self, pool => {
             let row: Option<EventRow> = sqlx::query_as(
                 "SELECT total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url, seat_numbering,
-                 fair_start_seconds FROM events WHERE id = $1",
+                 fair_start_seconds, language FROM events WHERE id = $1",
             ).bind(id.as_str()).fetch_optional(pool).await?;
-            let (total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url, numbering, fair_start_seconds) =
+            let (total_seats, hold_seconds, opens_at_ms, closes_at_ms, state, payment_url, numbering, fair_start_seconds, language) =
                 row.ok_or_else(|| StoreError::UnknownEvent(id.to_string()))?;
             let rows: Vec<LevelRow> = sqlx::query_as(
                 "SELECT name, cap, display_name, starts_at_ms, venue FROM levels WHERE event_id = $1 ORDER BY name",
@@ -134,7 +135,8 @@ impl Store {
             }
             let spec = EventSpec {
                 id: id.clone(), total_seats, hold_seconds, opens_at_ms, closes_at_ms, levels, sessions,
-                seat_numbering: SeatNumbering::parse(&numbering).unwrap_or_default(), payment_url, fair_start_seconds,
+                seat_numbering: SeatNumbering::parse(&numbering).unwrap_or_default(), language, payment_url,
+                fair_start_seconds,
             };
             Ok(StoredEvent { spec, state })
         })

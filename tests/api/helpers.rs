@@ -39,6 +39,8 @@ pub struct AppOptions {
     /// per-level numbering `seats` should be the sum of the caps.
     pub sessions: Vec<(&'static str, Session)>,
     pub seat_numbering: SeatNumbering,
+    /// The event's page language (`language = "fr"`); None: Accept-Language chooses.
+    pub language: Option<&'static str>,
     pub codes: usize,
     pub hold_seconds: i64,
     pub opens_at_ms: Option<i64>,
@@ -64,6 +66,7 @@ impl Default for AppOptions {
             levels: vec![("A1", 5), ("B1", 8)],
             sessions: Vec::new(),
             seat_numbering: SeatNumbering::EventWide,
+            language: None,
             codes: 50,
             hold_seconds: 900,
             opens_at_ms: None,
@@ -122,6 +125,7 @@ pub fn spec(options: &AppOptions) -> EventSpec {
         levels: options.levels.iter().map(|(l, c)| (LevelName::parse(l).unwrap(), *c)).collect::<BTreeMap<_, _>>(),
         sessions: options.sessions.iter().map(|(l, s)| (LevelName::parse(l).unwrap(), s.clone())).collect(),
         seat_numbering: options.seat_numbering,
+        language: options.language.map(str::to_owned),
         payment_url: None,
         fair_start_seconds: options.fair_start_seconds,
     }

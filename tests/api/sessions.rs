@@ -218,3 +218,26 @@ async fn the_summary_pages_through_every_loaded_event() {
         .unwrap();
     assert_eq!(bad.status().as_u16(), 400);
 }
+
+/// The page's language: the event's, else Accept-Language, else English; an operator's strings
+/// directory replaces texts (the page is the server's, so this needs no browser).
+#[tokio::test]
+async fn the_page_is_served_in_the_chosen_language_with_its_html_lang() {
+    let app = spawn_app(AppOptions::default()).await;
+    let page = |accept: &'static str| {
+        let request = app.client.get(format!("{}/events/{EVENT}", app.url)).header("accept-language", accept);
+        async move {
+            let r = request.send().await.unwrap();
+            assert_eq!(r.headers()["vary"], "Accept-Language");
+            r.text().await.unwrap()
+        }
+    };
+    let fr = page("fr-CA,fr;q=0.9").await;
+    assert!(fr.contains(r#"<html lang="fr">"#) && fr.contains("<title>Réservez votre place</title>"), "{fr}");
+    assert!(fr.contains(r#"<meta name="seatrush-strings" content="{"#), "the script's strings are in the page");
+    let de = page("de").await;
+    assert!(de.contains(r#"<html lang="de">"#) && de.contains("Meinen Platz buchen"));
+    let en = page("nl, ja;q=0.5").await;
+    assert!(en.contains(r#"<html lang="en">"#) && en.contains("Book my seat"));
+    assert!(!en.contains("{{"), "every marker is filled in");
+}

@@ -11,5 +11,6 @@ mod booking_page;
 mod crowd;
 mod dashboard;
 mod draw;
+mod languages;
 mod pages;
 mod webdriver;

@@ -54,6 +54,7 @@ pub fn bench_spec(event: &str, seats: i64, levels: &[String]) -> anyhow::Result<
         levels,
         sessions: BTreeMap::new(),
         seat_numbering: Default::default(),
+        language: None,
         payment_url: None,
         fair_start_seconds: 0,
     })

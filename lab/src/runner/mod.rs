@@ -147,6 +147,7 @@ fn spec(seats: i64, hold_seconds: i64) -> EventSpec {
         levels: BTreeMap::from([(level("A1"), seats * 2 / 5), (level("B1"), seats * 3 / 5), (level("C1"), seats / 3)]),
         sessions: BTreeMap::new(),
         seat_numbering: Default::default(),
+        language: None,
         payment_url: None,
         fair_start_seconds: 0,
     }
