@@ -137,6 +137,48 @@ pub enum Task {
     HealRecheck {
         restored: RedisView,
     },
+    /// Move: move.lua for the booking the operator's read of the row found, on the serve's
+    /// release connection (the code opens one of its own; either way `WAIT` covers the script).
+    MoveScript {
+        code: u8,
+        nonce: u8,
+        aid: u8,
+        level: u8,
+        mid: u8,
+    },
+    /// Move: `WAIT` on that connection.
+    MoveWait {
+        code: u8,
+        mid: u8,
+        from: Record,
+        to: Record,
+        epoch: u8,
+    },
+    /// Move: the database's transaction (claim `done`, row to the new place).
+    MoveDb {
+        code: u8,
+        mid: u8,
+        from: Record,
+        to: Record,
+    },
+    /// Move given up (short `WAIT`, refusal), or a marker the background pass found: claim
+    /// `aborted` unless `done` is there, then settle.
+    MoveGiveUp {
+        code: u8,
+        mid: u8,
+    },
+    MoveSettle {
+        code: u8,
+        mid: u8,
+        done: bool,
+    },
+    /// `move_in_two_steps`: the second step, an admission to the new level.
+    TwoStepTake {
+        code: u8,
+        nonce: u8,
+        aid: u8,
+        level: u8,
+    },
 }
 
 /// Records by code as one side held them when read (Redis's records, or the database's
@@ -154,6 +196,8 @@ pub enum PassKind {
     Reap,
     Expire,
     Sync,
+    /// Moves left behind (`Sale::settle_moves_once`).
+    Moves,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -164,6 +208,8 @@ pub enum JobKind {
     Cancel,
     /// A heal of the event, under its operator lock.
     Heal,
+    /// An operator's move of one booking.
+    Move,
 }
 
 /// Work a serve does from a list it read earlier; the list may be stale by the time it acts.

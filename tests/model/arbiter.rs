@@ -91,11 +91,24 @@ pub struct Db {
     pub rows: Vec<Option<Row>>,
     /// Bit `aid`: an undo claimed this admission (only with `Arbiter::Tombstone`).
     pub tombstones: u32,
+    /// `move_claims`, bit `mid`: the move landed (`done`) or was given up (`aborted`).
+    pub moves_done: u16,
+    pub moves_aborted: u16,
+}
+
+/// What the move's transaction found (`Store::move_booking`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoveOutcome {
+    Moved,
+    /// The row is not this admission in the old place, or the new level or seat is taken.
+    Refused,
+    /// The move was claimed `aborted` first.
+    GivenUp,
 }
 
 impl Db {
     pub fn new(codes: usize) -> Self {
-        Db { rows: vec![None; codes], tombstones: 0 }
+        Db { rows: vec![None; codes], tombstones: 0, moves_done: 0, moves_aborted: 0 }
     }
 
     /// Held and paid rows of one level.
@@ -230,6 +243,38 @@ impl Db {
             }
             _ => false,
         }
+    }
+
+    /// The move's transaction: claim `done` unless `aborted` is there, then move the row from
+    /// `from` to `to` if it still holds this admission there, the new seat is not held and the
+    /// new level has room; else nothing (the claim rolls back with it).
+    pub fn move_row(&mut self, caps: &[u8], code: u8, mid: u8, from: Record, to: Record) -> MoveOutcome {
+        if self.moves_aborted & (1 << mid) != 0 {
+            return MoveOutcome::GivenUp;
+        }
+        let c = code as usize;
+        let Some(row) = self.rows[c]
+            .filter(|r| r.aid == from.aid && r.holds_seat() && r.level == from.level && r.slot == from.slot)
+        else {
+            return MoveOutcome::Refused;
+        };
+        let seat_held =
+            self.rows.iter().enumerate().any(|(o, r)| o != c && r.is_some_and(|r| r.holds_seat() && r.slot == to.slot));
+        if seat_held || self.holders(to.level) >= caps[to.level as usize] as usize {
+            return MoveOutcome::Refused;
+        }
+        self.rows[c] = Some(Row { slot: to.slot, level: to.level, ..row });
+        self.moves_done |= 1 << mid;
+        MoveOutcome::Moved
+    }
+
+    /// A settle's claim: `aborted` unless `done` is there. True when the move landed.
+    pub fn claim_move(&mut self, mid: u8) -> bool {
+        if self.moves_done & (1 << mid) != 0 {
+            return true;
+        }
+        self.moves_aborted |= 1 << mid;
+        false
     }
 
     /// Marks a release synced, only if the row is still released for that admission.

@@ -25,6 +25,7 @@ fn world(client_levels: Vec<u8>, requests: Vec<u8>, nonces: Vec<u8>) -> Bounds {
         rack_failovers: 0,
         lag_syncs: 0,
         heals: 0,
+        moves: 0,
     }
 }
 
@@ -47,6 +48,27 @@ pub fn one_code_with_operator() -> Bounds {
 /// promoted without what it lacked (a lost admission, or a lost release); then a heal.
 pub fn one_code_with_rack() -> Bounds {
     Bounds { rack_failovers: 1, lag_syncs: 1, heals: 1, cancels: 1, ..world(vec![0], vec![1], vec![1]) }
+}
+
+/// Issue 33: two codes, one in each level (both capped at 1, 2 seats), one request each, and an
+/// operator move of either booking to the other level, with a crash: the move's script, `WAIT`,
+/// database write and settle interleave with the other booking, the reaper and the background
+/// pass's settle of a move the crash left behind.
+pub fn two_codes_with_a_move() -> Bounds {
+    Bounds { caps: vec![1, 1], moves: 1, crashes: 1, ..world(vec![0, 1], vec![1, 1], vec![1, 1]) }
+}
+
+/// The move world with a cancel instead of the crash: a release of the booking between the
+/// move's halves, in either order with its database write.
+pub fn two_codes_with_a_move_and_a_cancel() -> Bounds {
+    Bounds { crashes: 0, cancels: 1, ..two_codes_with_a_move() }
+}
+
+/// The move world with a failover instead of the crash: a move the promoted replica lacks
+/// (short `WAIT`), or has while the database write is still to come. 639,116 unique states,
+/// 4.5 min of a debug build on 2 busy cores: under `--ignored`.
+pub fn two_codes_with_a_move_and_a_failover() -> Bounds {
+    Bounds { crashes: 0, failovers: 1, ..two_codes_with_a_move() }
 }
 
 /// The rack world with a retry after the loss (2 requests, 1 nonce): about 5 million unique
@@ -200,6 +222,35 @@ fn window_only_in_the_gates_admits_after_close() {
     assert_eq!(find_counterexample(model, "window_not_in_script"), "no fresh admission after close");
 }
 
+#[test]
+fn two_codes_with_a_move_keep_every_property() {
+    check_all(SeatRush::new(two_codes_with_a_move(), Switches::default()), "two codes, a move");
+}
+
+/// 1,383,194 unique states, 3 min of a debug build on 2 busy cores: under `--ignored`.
+#[test]
+#[ignore]
+fn two_codes_with_a_move_and_a_cancel_keep_every_property() {
+    check_all(SeatRush::new(two_codes_with_a_move_and_a_cancel(), Switches::default()), "two codes, a move, cancel");
+}
+
+#[test]
+#[ignore]
+fn two_codes_with_a_move_and_a_failover_keep_every_property() {
+    check_all(
+        SeatRush::new(two_codes_with_a_move_and_a_failover(), Switches::default()),
+        "two codes, a move, failover",
+    );
+}
+
+/// Issue 33: a move as cancel-then-rebook (free, then take) loses the booking's seat when the
+/// other code takes the new level's room in between.
+#[test]
+fn a_move_in_two_steps_loses_the_booking() {
+    let model = SeatRush::new(two_codes_with_a_move(), Switches { move_in_two_steps: true, ..Switches::default() });
+    assert_eq!(find_counterexample(model, "move_in_two_steps"), "a client told 201 holds its seat");
+}
+
 /// Explores a bound given as `MODEL_PROBE="clients requests nonces failovers crashes serves closes
 /// cancels pays passes_at_once"` (clients alternate between two levels capped at 1), printing progress; for
 /// sizing the checks on a new machine.
@@ -227,6 +278,7 @@ fn probe_a_bound() {
         rack_failovers: 0,
         lag_syncs: 0,
         heals: 0,
+        moves: 0,
     };
     check_all(SeatRush::new(bounds, Switches::default()), &format!("probe {spec}"));
 }

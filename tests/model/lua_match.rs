@@ -3,7 +3,7 @@
 //! against the Redis at 127.0.0.1:6379 under a key prefix of their own; replies and resulting
 //! keyspaces must agree. Time (`admitted-ms`, pending scores) is the one thing not compared.
 
-use crate::scripts::{AdmitReply, Call, Record, Redis};
+use crate::scripts::{AdmitReply, Call, Marker, Record, Redis};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;
@@ -15,6 +15,8 @@ const LOCK_OWNER: &str = "model-heal";
 const UNDO: &str = include_str!("../../lua/undo.lua");
 const RELEASE: &str = include_str!("../../lua/release.lua");
 const PERSISTED: &str = include_str!("../../lua/persisted.lua");
+const MOVE: &str = include_str!("../../lua/move.lua");
+const MOVE_SETTLE: &str = include_str!("../../lua/move_settle.lua");
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/";
 const CASES: usize = 3000;
@@ -34,6 +36,8 @@ struct Keys {
     syncs: String,
     meta: String,
     lock: String,
+    moves: String,
+    moving: String,
 }
 
 impl Keys {
@@ -49,11 +53,24 @@ impl Keys {
             syncs: key("syncs"),
             meta: key("meta"),
             lock: key("lock"),
+            moves: key("moves"),
+            moving: key("moving"),
         }
     }
 
-    fn all(&self) -> [&str; 8] {
-        [&self.adm, &self.taken, &self.cap, &self.free, &self.pending, &self.syncs, &self.meta, &self.lock]
+    fn all(&self) -> [&str; 10] {
+        [
+            &self.adm,
+            &self.taken,
+            &self.cap,
+            &self.free,
+            &self.pending,
+            &self.syncs,
+            &self.meta,
+            &self.lock,
+            &self.moves,
+            &self.moving,
+        ]
     }
 }
 
@@ -226,6 +243,12 @@ fn load(keys: &mut Keys, redis: &Redis, caps: &[u8]) {
             pipe.cmd("ZADD").arg(&keys.free).arg(seat + 1).arg(seat + 1).ignore();
         }
     }
+    for (c, marker) in redis.moves.iter().enumerate() {
+        if let Some(m) = marker {
+            pipe.cmd("HSET").arg(&keys.moves).arg(code(c as u8)).arg(marker_text(m)).ignore();
+            pipe.cmd("ZADD").arg(&keys.moving).arg(1_700_000_000_000i64).arg(code(c as u8)).ignore();
+        }
+    }
     pipe.cmd("SET").arg(&keys.syncs).arg(0).ignore();
     pipe.cmd("SET").arg(&keys.lock).arg(LOCK_OWNER).ignore();
     pipe.cmd("HSET").arg(&keys.meta).arg("state").arg(if redis.closed { "closed" } else { "open" }).ignore();
@@ -271,6 +294,17 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
             vec![&keys.adm, &keys.taken, &keys.free, &keys.lock],
             vec![LOCK_OWNER.into(), code(c), record_text(&record), level(record.level), record.slot.to_string()],
         ),
+        Call::Move { code: c, nonce, aid, level: l, mid } => (
+            MOVE,
+            vec![&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending, &keys.moves, &keys.moving],
+            vec![code(c), format!("n{nonce}"), format!("a{aid}"), level(l), format!("m{mid}")],
+        ),
+        Call::MoveSettle { code: c, mid, done } => (
+            MOVE_SETTLE,
+            vec![&keys.adm, &keys.taken, &keys.free, &keys.moves, &keys.moving],
+            vec![code(c), format!("m{mid}"), if done { "done" } else { "aborted" }.into()],
+        ),
+        Call::TwoStepFree { .. } | Call::TwoStepTake { .. } => unreachable!("a switch of the model, no script"),
     };
     // A pipeline that keeps error replies as values: a plain query turns an attempt's error inside
     // admit's array into an error for the whole call.
@@ -338,7 +372,112 @@ fn read_back(keys: &mut Keys) -> Redis {
         let l: usize = name.strip_prefix('L').and_then(|n| n.parse().ok()).expect("a level this test wrote");
         redis.taken[l] = u8::try_from(count).unwrap_or_else(|_| panic!("taken[{name}] = {count}"));
     }
+    let moves: Vec<(String, String)> =
+        redis::cmd("HGETALL").arg(&keys.moves).query(&mut keys.conn).expect("HGETALL moves");
+    let moving: Vec<String> =
+        redis::cmd("ZRANGE").arg(&keys.moving).arg(0).arg(-1).query(&mut keys.conn).expect("ZRANGE moving");
+    assert_eq!(moves.len(), moving.len(), "every marker has its age and only it: {moves:?} {moving:?}");
+    for (name, text) in moves {
+        let p: Vec<&str> = text.split(' ').collect();
+        let number = |p: &str, prefix: &str| {
+            p.strip_prefix(prefix).and_then(|n| n.parse::<u8>().ok()).unwrap_or_else(|| panic!("marker {text:?}"))
+        };
+        assert_eq!(p.len(), 7, "marker {text:?}");
+        assert!(moving.contains(&name), "{name} has a marker and no age");
+        redis.moves[code_of(&name) as usize] = Some(Marker {
+            mid: number(p[0], "m"),
+            nonce: number(p[1], "n"),
+            aid: number(p[2], "a"),
+            old_slot: number(p[3], ""),
+            old_level: number(p[4], "L"),
+            new_slot: number(p[5], ""),
+            new_level: number(p[6], "L"),
+        });
+    }
     redis
+}
+
+fn marker_text(m: &Marker) -> String {
+    format!(
+        "m{} n{} a{} {} {} {} {}",
+        m.mid,
+        m.nonce,
+        m.aid,
+        m.old_slot,
+        level(m.old_level),
+        m.new_slot,
+        level(m.new_level)
+    )
+}
+
+/// move.lua and move_settle.lua against the model's `move_booking` and `settle_move`, on random
+/// keyspaces where records may be pending, markers may be in flight (some naming the record's
+/// seat, some a record rewritten or gone since), and levels full.
+#[test]
+fn the_move_scripts_decide_as_the_model_does() {
+    let client = redis::Client::open(REDIS_URL).expect("redis url");
+    let conn = client.get_connection().expect("the Redis at 127.0.0.1:6379 runs (see MODEL.md)");
+    let seed: u64 = rand::rng().random();
+    let mut keys = Keys::new(conn, &format!("move-{seed:016x}"));
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for case in 0..CASES {
+        let (mut before, caps) = random_state(&mut rng, 0.7);
+        for c in 0..CODES as usize {
+            let Some(r) = before.records[c].filter(|_| rng.random_bool(0.4)) else { continue };
+            let old_slot = rng.random_range(1..=SEATS_MAX);
+            let at_record = rng.random_bool(0.7);
+            before.moves[c] = Some(Marker {
+                mid: rng.random_range(0..2),
+                nonce: if at_record { r.nonce } else { rng.random_range(0..2) },
+                aid: if at_record { r.aid } else { rng.random_range(0..3) },
+                old_slot,
+                old_level: rng.random_range(0..LEVELS),
+                new_slot: if at_record { r.slot } else { rng.random_range(1..=SEATS_MAX) },
+                new_level: if at_record { r.level } else { rng.random_range(0..LEVELS) },
+            });
+            before.taken[before.moves[c].expect("set").old_level as usize] += 1;
+            before.free &= !(1 << (old_slot - 1));
+        }
+        let code_ = rng.random_range(0..CODES);
+        let call = if rng.random_bool(0.5) {
+            let (nonce, aid) = match before.records[code_ as usize] {
+                Some(r) if rng.random_bool(0.8) => (r.nonce, r.aid),
+                _ => (rng.random_range(0..2), rng.random_range(0..3)),
+            };
+            Call::Move { code: code_, nonce, aid, level: rng.random_range(0..LEVELS), mid: rng.random_range(0..2) }
+        } else {
+            Call::MoveSettle { code: code_, mid: rng.random_range(0..2), done: rng.random_bool(0.5) }
+        };
+        let mut model = before.clone();
+        load(&mut keys, &before, &caps);
+        let real = run_real(&mut keys, &[call]).pop().expect("one reply");
+        let (_, changed, _) = model.apply(&caps, call);
+        let context = || format!("seed {seed:#x}, case {case}: {call:?} on {before:?} (caps {caps:?})");
+        let agrees = match (call, &real) {
+            (Call::Move { .. }, Ok(Value::Array(v))) => {
+                let moved = v.get(1) == Some(&Value::Int(1));
+                let slot_ok =
+                    !moved || model.records[code_ as usize].is_some_and(|r| v[0] == Value::Int(r.slot as i64));
+                moved == changed && slot_ok
+            }
+            (Call::Move { .. }, Ok(Value::Int(n))) => *n < 0 && !changed,
+            (Call::Move { .. }, Err(e)) => e.to_string().contains("unknown level") && !changed,
+            (Call::MoveSettle { .. }, Ok(Value::Int(n))) => *n == changed as i64,
+            _ => false,
+        };
+        assert!(agrees, "{}: replies differ: model changed {changed}, real {real:?}", context());
+        assert_eq!(read_back(&mut keys), model, "{}: keyspaces differ", context());
+        let outcome = match (&call, &real) {
+            (Call::Move { .. }, Ok(Value::Int(n))) => format!("move:{n}"),
+            (Call::Move { .. }, Ok(_)) => format!("move:{changed}"),
+            (Call::Move { .. }, Err(_)) => "move:error".into(),
+            (_, _) => format!("settle:{changed}"),
+        };
+        *seen.entry(outcome).or_default() += 1;
+    }
+    println!("{CASES} move cases, seed {seed:#x}: {seen:?}");
+    assert!(seen.len() >= 7, "too few distinct outcomes: {seen:?}");
 }
 
 /// The real reply in the model's words: admit's reply, or the 0/1 of the others.
@@ -425,5 +564,6 @@ fn kind(call: Call, reply: Option<AdmitReply>, changed: bool) -> String {
         (Call::Persisted { .. }, _) => format!("persisted:{changed}"),
         (Call::HealAdd { .. }, _) => format!("heal:{changed}"),
         (Call::Admit { .. }, None) => unreachable!(),
+        (call, _) => unreachable!("checked by the_move_scripts_decide_as_the_model_does: {call:?}"),
     }
 }

@@ -36,22 +36,26 @@ pub fn all() -> Vec<Property<SeatRush>> {
         Property::sometimes("a client books again after its seat was released", |_, s: &State| {
             s.db.rows.iter().flatten().any(|r| r.holds_seat() && r.nonce > 0) && s.ghost.released_legitimately != 0
         }),
+        Property::sometimes("a booking is moved", |_, s: &State| s.ghost.moved),
     ]
 }
 
-/// Per level at most its cap, at most `seats` in all, `taken` counts the records, no seat number
-/// in two records or both in a record and in the free pool.
+/// Per level at most its cap, at most `seats` in all, `taken` counts the records and the old
+/// places of moves in flight, no seat number in two records (or a record and a move's old seat)
+/// or both in one of them and in the free pool.
 fn redis_within_caps(m: &SeatRush, r: &Redis) -> bool {
     let caps = m.caps();
     let mut slots = 0u16;
-    for rec in r.records.iter().flatten() {
-        let seat = 1 << (rec.slot - 1);
+    let olds = r.moves.iter().flatten().map(|mk| (mk.old_slot, mk.old_level));
+    let held: Vec<(u8, u8)> = r.records.iter().flatten().map(|rec| (rec.slot, rec.level)).chain(olds).collect();
+    for &(slot, _) in &held {
+        let seat = 1 << (slot - 1);
         if slots & seat != 0 || r.free & seat != 0 {
             return false;
         }
         slots |= seat;
     }
-    let per_level = |l: usize| r.records.iter().flatten().filter(|rec| rec.level as usize == l).count();
+    let per_level = |l: usize| held.iter().filter(|&&(_, level)| level as usize == l).count();
     (0..caps.len()).all(|l| r.taken[l] <= caps[l] && r.taken[l] as usize == per_level(l))
         && r.taken.iter().map(|&t| t as usize).sum::<usize>() <= m.bounds.seats as usize
 }
@@ -127,6 +131,12 @@ pub fn drain(m: &SeatRush, s: &State) -> State {
             s.redis.run(caps, Call::Release { code, nonce: row.nonce, aid: row.aid }, None, true);
             s.db.mark_synced(code, row.aid);
         }
+        // Moves left behind: the background pass claims and settles each marker.
+        for code in 0..s.clients.len() as u8 {
+            let Some(marker) = s.redis.primary.moves[code as usize] else { continue };
+            let done = s.db.claim_move(marker.mid);
+            s.redis.run(caps, Call::MoveSettle { code, mid: marker.mid, done }, None, true);
+        }
         // The heal's periodic sweep, once Redis has lost acknowledged writes.
         if s.ghost.lost_acked {
             crate::steps::heal_now(m, &mut s);
@@ -145,6 +155,13 @@ fn counters_match(m: &SeatRush, s: &State) -> bool {
     let r = &s.redis.primary;
     (0..m.caps().len()).all(|l| r.taken[l] as usize == s.db.holders(l as u8))
         && r.pending == 0
+        && r.moves.iter().all(Option::is_none)
+        && s.db.rows.iter().zip(&r.records).all(|(row, rec)| match (row, rec) {
+            (Some(row), Some(rec)) if row.holds_seat() && row.aid == rec.aid => {
+                (row.slot, row.level) == (rec.slot, rec.level)
+            }
+            _ => true,
+        })
         && s.db.rows.iter().flatten().all(|row| row.state != RowState::Released || row.synced)
 }
 

@@ -33,6 +33,8 @@ pub struct Bounds {
     pub lag_syncs: u8,
     /// Heals a serve may start (only after a rack failover: the heal is what answers it).
     pub heals: u8,
+    /// Operator moves of a booking to the other level (issue 33).
+    pub moves: u8,
 }
 
 impl Bounds {
@@ -63,6 +65,9 @@ pub struct Switches {
     /// No heal: neither the heal job nor the periodic sweep brings Redis back to the database
     /// after a promoted replica lost acknowledged writes (main before issue 29).
     pub no_heal: bool,
+    /// A move in two steps, free then take (cancel, then rebook, as before issue 33): between
+    /// them the freed seat and the new level's room are anyone's.
+    pub move_in_two_steps: bool,
 }
 
 /// The checked system: its bounds and which of today's bugs are switched back on.
@@ -83,6 +88,7 @@ pub struct Spent {
     pub rack_failovers: u8,
     pub lag_syncs: u8,
     pub heals: u8,
+    pub moves: u8,
 }
 
 /// What the properties need to know about the past (never read by the protocol).
@@ -105,6 +111,8 @@ pub struct Ghost {
     /// A promotion lost writes a replica had acknowledged: Redis may hold less than the
     /// database until a heal, and count a seat twice meanwhile (the database never does).
     pub lost_acked: bool,
+    /// A move landed in the database.
+    pub moved: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -171,6 +179,10 @@ pub enum Action {
     /// A serve starts a heal of the event (it holds the operator lock: one at a time).
     StartHeal {
         serve: u8,
+    },
+    /// The operator moves the client's booking to the other level (`POST …/move`).
+    Move {
+        client: u8,
     },
 }
 

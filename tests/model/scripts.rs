@@ -15,6 +15,19 @@ pub struct Record {
     pub level: u8,
 }
 
+/// A move Redis made and the database has not yet settled (`{ev:ID}:moves`): the booking's
+/// record points at the new seat, the old one stays out of the pool and counted in its level.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Marker {
+    pub mid: u8,
+    pub nonce: u8,
+    pub aid: u8,
+    pub old_slot: u8,
+    pub old_level: u8,
+    pub new_slot: u8,
+    pub new_level: u8,
+}
+
 /// One event's keys. Bit `s` of `free` is seat `s + 1`; bit `c` of `pending` is code `c`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Redis {
@@ -26,6 +39,8 @@ pub struct Redis {
     pub free: u16,
     /// `{ev:ID}:pending`.
     pub pending: u16,
+    /// `{ev:ID}:moves` (and `{ev:ID}:moving`, its index by age), by code.
+    pub moves: Vec<Option<Marker>>,
     /// `{ev:ID}:meta`'s state is "closed" (the window's other ends, `opens_at` and `closes_at`,
     /// take the same branch of admit.lua and are left out with time).
     pub closed: bool,
@@ -102,6 +117,35 @@ pub enum Call {
         code: u8,
         record: Record,
     },
+    /// move.lua: the booking of (nonce, aid), persisted, takes a seat in `level` and keeps its
+    /// old one until the move is settled.
+    Move {
+        code: u8,
+        nonce: u8,
+        aid: u8,
+        level: u8,
+        mid: u8,
+    },
+    /// move_settle.lua: `done` frees the old seat; otherwise the record gets its old seat back
+    /// and the new one is freed (or, when the booking was released meanwhile, the old one).
+    MoveSettle {
+        code: u8,
+        mid: u8,
+        done: bool,
+    },
+    /// The switch `move_in_two_steps`: a move done as a release of the old seat, then (a step
+    /// later) an admission to the new level, as an operator would with cancel and rebook.
+    TwoStepFree {
+        code: u8,
+        nonce: u8,
+        aid: u8,
+    },
+    TwoStepTake {
+        code: u8,
+        nonce: u8,
+        aid: u8,
+        level: u8,
+    },
 }
 
 impl Redis {
@@ -112,6 +156,7 @@ impl Redis {
             taken: vec![0; levels],
             free: (1u16 << seats) - 1,
             pending: 0,
+            moves: vec![None; codes],
             closed: false,
             bases: Vec::new(),
         }
@@ -145,7 +190,82 @@ impl Redis {
                 }
                 (None, changed, if changed { Write::Changed } else { Write::Nothing })
             }
+            Call::Move { code, nonce, aid, level, mid } => {
+                let changed = self.move_booking(caps, code, nonce, aid, level, mid);
+                (None, changed, if changed { Write::Changed } else { Write::Nothing })
+            }
+            Call::MoveSettle { code, mid, done } => {
+                let changed = self.settle_move(code, mid, done);
+                (None, changed, if changed { Write::Changed } else { Write::Nothing })
+            }
+            Call::TwoStepFree { code, nonce, aid } => {
+                let changed = self.release(code, nonce, aid);
+                (None, changed, if changed { Write::Changed } else { Write::Nothing })
+            }
+            Call::TwoStepTake { code, nonce, aid, level } => {
+                let changed = self.records[code as usize].is_none()
+                    && self.taken[level as usize] < caps[level as usize]
+                    && self.free != 0;
+                if changed {
+                    let seat = self.free.trailing_zeros() as u8;
+                    self.free &= !(1 << seat);
+                    self.taken[level as usize] += 1;
+                    self.records[code as usize] = Some(Record { nonce, aid, slot: seat + 1, level });
+                }
+                (None, changed, if changed { Write::Changed } else { Write::Nothing })
+            }
         }
+    }
+
+    /// move.lua: the record must be this (nonce, aid), not pending, with no move in flight, in
+    /// another level than `level`; then the level's cap, then a free seat; then the record moves
+    /// to the lowest free seat and the marker keeps the old one. True when it moved.
+    pub fn move_booking(&mut self, caps: &[u8], code: u8, nonce: u8, aid: u8, level: u8, mid: u8) -> bool {
+        let c = code as usize;
+        let Some(old) = self.record_of(code, nonce, aid) else { return false };
+        if self.pending & (1 << code) != 0 || self.moves[c].is_some() || old.level == level {
+            return false;
+        }
+        if self.taken[level as usize] >= caps[level as usize] || self.free == 0 {
+            return false;
+        }
+        let seat = self.free.trailing_zeros() as u8;
+        self.free &= !(1 << seat);
+        self.taken[level as usize] += 1;
+        let new = Record { slot: seat + 1, level, ..old };
+        self.records[c] = Some(new);
+        self.moves[c] = Some(Marker {
+            mid,
+            nonce,
+            aid,
+            old_slot: old.slot,
+            old_level: old.level,
+            new_slot: new.slot,
+            new_level: level,
+        });
+        true
+    }
+
+    /// move_settle.lua, guarded by the move id.
+    pub fn settle_move(&mut self, code: u8, mid: u8, done: bool) -> bool {
+        let c = code as usize;
+        let Some(m) = self.moves[c].filter(|m| m.mid == mid) else { return false };
+        self.moves[c] = None;
+        if let Some(r) = self.records[c].filter(|r| r.nonce == m.nonce && r.aid == m.aid) {
+            let at_new = r.slot == m.new_slot && r.level == m.new_level;
+            if !at_new {
+                return true;
+            }
+            if !done {
+                self.records[c] = Some(Record { slot: m.old_slot, level: m.old_level, ..r });
+                self.free |= 1 << (m.new_slot - 1);
+                self.taken[m.new_level as usize] -= 1;
+                return true;
+            }
+        }
+        self.free |= 1 << (m.old_slot - 1);
+        self.taken[m.old_level as usize] -= 1;
+        true
     }
 
     /// admit.lua: the same nonce gets its original admission back (rewritten, so a later WAIT

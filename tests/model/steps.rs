@@ -2,7 +2,7 @@
 //! and what each does. Each request and job step maps to one call in the real code (MODEL.md).
 
 use crate::actors::{Answer, Job, JobKind, PassKind, Pc, RedisView, Request, Task};
-use crate::arbiter::{ClaimOutcome, HoldOutcome, RowState};
+use crate::arbiter::{ClaimOutcome, HoldOutcome, MoveOutcome, RowState};
 use crate::protocol::{admission_id, bit, Action, SeatRush, State};
 use crate::replication::Conn;
 use crate::scripts::{AdmitReply, Call, Record};
@@ -38,6 +38,9 @@ pub fn enabled(m: &SeatRush, s: &State, out: &mut Vec<Action>) {
             if row.holds_seat() && s.spent.cancels < b.cancels {
                 out.push(Action::Cancel { client: c });
             }
+            if row.holds_seat() && s.spent.moves < b.moves {
+                out.push(Action::Move { client: c });
+            }
         }
     }
     for r in &s.requests {
@@ -56,7 +59,7 @@ pub fn enabled(m: &SeatRush, s: &State, out: &mut Vec<Action>) {
         }
     }
     for (j, job) in s.jobs.iter().enumerate() {
-        if let Task::ReleaseWait { epoch, .. } = job.tasks[0] {
+        if let Task::ReleaseWait { epoch, .. } | Task::MoveWait { epoch, .. } = job.tasks[0] {
             if epoch == s.redis.epoch {
                 out.push(Action::JobStep { job: j as u8, acked: true });
             }
@@ -156,6 +159,15 @@ fn step(m: &SeatRush, s: &mut State, action: Action) {
         Action::StartHeal { serve } => {
             s.spent.heals += 1;
             s.jobs.push(Job { serve, kind: JobKind::Heal, tasks: vec![Task::HealReadRedis] });
+        }
+        Action::Move { client } => {
+            let mid = s.spent.moves;
+            s.spent.moves += 1;
+            // The operator's read of the row; by the time the script runs it may be stale.
+            let row = s.db.rows[client as usize].expect("enabled only with a row");
+            let level = (row.level + 1) % m.caps().len() as u8;
+            let task = Task::MoveScript { code: client, nonce: row.nonce, aid: row.aid, level, mid };
+            s.jobs.push(Job { serve: client % m.bounds.serves, kind: JobKind::Move, tasks: vec![task] });
         }
     }
 }
@@ -294,7 +306,7 @@ fn finish(s: &mut State, i: usize, answer: Answer) {
 
 /// The first stage after `after` whose list (read now) is not empty, with that list.
 fn next_stage(s: &State, after: Option<PassKind>) -> Option<(PassKind, Vec<Task>)> {
-    [PassKind::Reap, PassKind::Expire, PassKind::Sync]
+    [PassKind::Reap, PassKind::Expire, PassKind::Sync, PassKind::Moves]
         .into_iter()
         .filter(|&k| after.is_none_or(|a| k > a))
         .map(|k| (k, pass_list(s, k)))
@@ -316,6 +328,9 @@ fn pass_list(s: &State, kind: PassKind) -> Vec<Task> {
         PassKind::Sync => rows
             .filter(|(_, r)| r.state == RowState::Released && !r.synced)
             .map(|(code, r)| Task::ReleaseScript { code, adm: r.record() })
+            .collect(),
+        PassKind::Moves => (0..s.clients.len() as u8)
+            .filter_map(|c| s.redis.primary.moves[c as usize].map(|mk| Task::MoveGiveUp { code: c, mid: mk.mid }))
             .collect(),
     }
 }
@@ -377,6 +392,42 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
             heal_recheck(m, s, &restored);
             None
         }
+        Task::MoveScript { code, nonce, aid, level, .. } if m.switches.move_in_two_steps => {
+            two_step_free(m, s, code, nonce, aid, level).then_some(Task::TwoStepTake { code, nonce, aid, level })
+        }
+        Task::TwoStepTake { code, nonce, aid, level } => {
+            two_step_take(m, s, code, nonce, aid, level);
+            None
+        }
+        Task::MoveScript { code, nonce, aid, level, mid } => {
+            let from = s.redis.primary.records[code as usize];
+            let call = Call::Move { code, nonce, aid, level, mid };
+            let (_, moved) = s.redis.run(m.caps(), call, Some(Conn::Release(serve)), true);
+            match (moved, from, s.redis.primary.records[code as usize]) {
+                (true, Some(from), Some(to)) => Some(Task::MoveWait { code, mid, from, to, epoch: s.redis.epoch }),
+                _ => None,
+            }
+        }
+        Task::MoveWait { code, mid, from, to, epoch } => {
+            if acked && epoch == s.redis.epoch {
+                s.redis.acknowledge(m.caps(), Conn::Release(serve));
+                Some(Task::MoveDb { code, mid, from, to })
+            } else {
+                Some(Task::MoveGiveUp { code, mid })
+            }
+        }
+        Task::MoveDb { code, mid, from, to } => match s.db.move_row(m.caps(), code, mid, from, to) {
+            MoveOutcome::Moved => {
+                s.ghost.moved = true;
+                Some(Task::MoveSettle { code, mid, done: true })
+            }
+            MoveOutcome::Refused | MoveOutcome::GivenUp => Some(Task::MoveGiveUp { code, mid }),
+        },
+        Task::MoveGiveUp { code, mid } => Some(Task::MoveSettle { code, mid, done: s.db.claim_move(mid) }),
+        Task::MoveSettle { code, mid, done } => {
+            s.redis.run(m.caps(), Call::MoveSettle { code, mid, done }, None, true);
+            None
+        }
     };
     let job = &mut s.jobs[j];
     match next {
@@ -386,7 +437,7 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
             if job.tasks.is_empty() {
                 let next = match job.kind {
                     JobKind::Pass(stage) => next_stage(s, Some(stage)),
-                    JobKind::Cancel | JobKind::Heal => None,
+                    JobKind::Cancel | JobKind::Heal | JobKind::Move => None,
                 };
                 match next {
                     Some((stage, tasks)) => s.jobs[j] = Job { serve, kind: JobKind::Pass(stage), tasks },
@@ -472,4 +523,33 @@ pub fn heal_now(m: &SeatRush, s: &mut State) {
     heal_free(m, s, &redis, &db);
     let restored = heal_add(m, s, &redis, &db);
     heal_recheck(m, s, &restored);
+}
+
+/// `move_in_two_steps`, first step: with room in the new level (checked first, as an operator
+/// would), the booking is released in the database and in Redis. False when refused.
+fn two_step_free(m: &SeatRush, s: &mut State, code: u8, nonce: u8, aid: u8, level: u8) -> bool {
+    let c = code as usize;
+    let holds = s.db.rows[c].is_some_and(|r| r.aid == aid && r.holds_seat());
+    if !holds || s.redis.primary.taken[level as usize] >= m.caps()[level as usize] {
+        return false;
+    }
+    if let Some(row) = s.db.rows[c].as_mut() {
+        row.state = RowState::Released;
+    }
+    s.redis.run(m.caps(), Call::TwoStepFree { code, nonce, aid }, None, true);
+    true
+}
+
+/// `move_in_two_steps`, second step: the admission to the new level, in Redis then the database,
+/// if there is still room and a seat.
+fn two_step_take(m: &SeatRush, s: &mut State, code: u8, nonce: u8, aid: u8, level: u8) {
+    let (_, taken) = s.redis.run(m.caps(), Call::TwoStepTake { code, nonce, aid, level }, None, true);
+    let Some(rec) = s.redis.primary.records[code as usize].filter(|_| taken) else { return };
+    let seat_free = !s.db.rows.iter().flatten().any(|r| r.holds_seat() && r.slot == rec.slot);
+    if seat_free && s.db.holders(level) < m.caps()[level as usize] as usize {
+        if let Some(row) = s.db.rows[code as usize].as_mut() {
+            *row = crate::arbiter::Row { slot: rec.slot, level, state: RowState::Held, ..*row };
+            s.ghost.moved = true;
+        }
+    }
 }
