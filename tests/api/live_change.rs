@@ -24,7 +24,9 @@ fn options(backend: Backend, closes_at_ms: i64) -> AppOptions {
 }
 
 async fn safe_changes_reach_the_running_sale(backend: Backend) {
-    let closes = now_ms() + 3_000;
+    // Far enough that a slow start (PostgreSQL on a busy machine) never passes it; the window
+    // reopening past its old end is the next test's.
+    let closes = now_ms() + 600_000;
     let app = spawn_app(options(backend, closes)).await;
     for i in 1..=2 {
         assert_eq!(app.book(&format!("CODE-{i:05}"), "A1", &nonce("a")).await.status, 201);
@@ -46,9 +48,6 @@ async fn safe_changes_reach_the_running_sale(backend: Backend) {
     assert_eq!(app.book("CODE-00003", "A1", &nonce("a")).await.status, 201, "the raised cap admits");
     assert_eq!(app.book("CODE-00004", "A1", &nonce("a")).await.status_str(), "level_full", "up to the new cap");
     assert_eq!(app.book("CODE-00005", "C1", &nonce("c")).await.status, 201, "the new level admits");
-    let left = closes + 500 - now_ms();
-    tokio::time::sleep(std::time::Duration::from_millis(left.max(0) as u64)).await;
-    assert_eq!(app.book("CODE-00006", "B1", &nonce("b")).await.status, 201, "past the old closes_at, still open");
     let availability = app.get("/api/events/exam").await;
     assert_eq!(availability.status, 200);
     app.assert_invariants().await;
