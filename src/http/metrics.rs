@@ -43,6 +43,7 @@ fn family_help(family: &str) -> Option<&'static str> {
         "persist_busy_microseconds_total" => "Time the database writers spent writing; its rate near the number of writers means the database write is the bottleneck.",
         "script_window_refusals_total" => "Fresh admissions admit.lua refused by the window in Redis after a gate let them through (a stale view or a clock ahead).",
         "script_event_not_loaded_total" => "Admissions answered 503 because Redis held no state for the event (it lost the event; the heal rebuilds it).",
+        "script_refusals_answered_from_database_total" => "Refusals by Redis (counters or window) answered instead with the seat the database holds for that very attempt (Redis had lost its record).",
         "heals_total" => "Heals of an event from the database (each compares and gives back what Redis lost).",
         "heal_restored_bookings_total" => "Held or paid bookings whose record, count and seat a heal gave back to Redis.",
         "heal_freed_records_total" => "Records Redis counted that the database had released, freed by a heal.",

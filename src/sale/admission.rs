@@ -37,7 +37,7 @@ impl Sale {
                 // Redis may have lost the record (before the heal): the window's refusal is not
                 // final for an attempt whose seat the database holds. A code refused as not
                 // registered reads nothing more: that is a guesser's path.
-                if matches!(refusal, Refusal::Closed | Refusal::NotOpen) {
+                if matches!(refusal, Refusal::Closed | Refusal::NotOpen) && self.heals() {
                     if let Some(row) = self.attempt_row(&view, req).await? {
                         return self.answer_from_database(&view, row).await;
                     }
@@ -173,6 +173,16 @@ impl Sale {
         // One indexed read of the code's row before a refusal is final: a retry whose record
         // Redis lost (a promoted replica that missed it, before the heal) is refused by Redis's
         // counters or window although the database holds its seat. That seat is its answer.
+        // With a guard switched off (the fault runner's test of its own checker) the database
+        // would answer what the broken guard gets wrong, as the heal would: neither runs then.
+        if !self.heals() {
+            return Err(match final_refusal {
+                Some(refusal) => refusal,
+                None => Refusal::AlreadyAdmitted(
+                    self.code_row(view, &req.code).await.ok().flatten().filter(|r| r.holds_seat()).map(|r| r.seat()),
+                ),
+            });
+        }
         let row = match self.code_row(view, &req.code).await {
             Ok(row) => row.filter(|r| r.holds_seat()),
             // Unread, a refusal is not final (a second click's `409` just names no seat).
