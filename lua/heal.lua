@@ -14,8 +14,12 @@
 --
 -- Each group is applied only if the code still has no record: a code admitted afresh since the
 -- heal read Redis is in flight, and the arbiter settles it first (the next heal brings the holder
--- back). An applied group writes the record, counts the seat in its level and takes the seat
--- out of the pool. Seats Redis counts with nobody holding them are not this script's: their
+-- back). Nor while another record holds the seat: Redis handed it to an admission still in
+-- flight, and a record written beside it would share the seat, so the undo of that admission
+-- (a short WAIT, the reaper) would put back in the pool a seat this holder keeps. That admission
+-- is settled first too (the database refuses it: SeatTaken), and the next heal restores the
+-- holder. An applied group writes the record, counts the seat in its level and takes the seat
+-- out of the pool (a seat out of the pool and held by no record, a leaked one, is taken as is). Seats Redis counts with nobody holding them are not this script's: their
 -- records go through release.lua, guarded by nonce and admission id.
 -- Returns -1 when the lock is not this run's (nothing written); else one 0/1 per group.
 
@@ -26,10 +30,28 @@ local n = (#ARGV - 1) / 4
 if n ~= math.floor(n) or n > 1000 then
   return redis.error_reply('ERR heal takes the owner and up to 1000 groups of four arguments')
 end
+-- The seats the records hold, read once and only if some group's seat is out of the pool.
+local held_by_records
+local function held(seat)
+  if not held_by_records then
+    held_by_records = {}
+    for _, r in ipairs(redis.call('HVALS', KEYS[1])) do
+      local slot = string.match(r, '^%S+ %S+ (%d+) ')
+      if slot then
+        held_by_records[slot] = true
+      end
+    end
+  end
+  return held_by_records[seat] == true
+end
 local applied = {}
 for i = 0, n - 1 do
   local code, record, level, seat = ARGV[2 + i * 4], ARGV[3 + i * 4], ARGV[4 + i * 4], ARGV[5 + i * 4]
-  if redis.call('HSETNX', KEYS[1], code, record) == 1 then
+  local seat_in_use = not redis.call('ZSCORE', KEYS[3], seat) and held(seat)
+  if not seat_in_use and redis.call('HSETNX', KEYS[1], code, record) == 1 then
+    if held_by_records then
+      held_by_records[seat] = true
+    end
     redis.call('HINCRBY', KEYS[2], level, 1)
     redis.call('ZREM', KEYS[3], seat)
     applied[#applied + 1] = 1

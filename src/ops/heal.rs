@@ -75,6 +75,9 @@ pub async fn run(sale: Arc<Sale>, shutdown: impl std::future::Future<Output = ()
 pub async fn heal_all(sale: &Sale, events: BTreeSet<EventId>) {
     for event in events {
         match sale.heal_event(&event).await {
+            // A holder whose code or seat was still in flight: the arbiter settles that admission
+            // within the persist deadline, and the next check restores the holder.
+            Ok(Healed::Done(report)) if report.deferred > 0 => sale.heal_wanted.want(&event),
             Ok(Healed::Done(_)) => {}
             // The holder (another serve's heal, an operator) may have read before this evidence
             // arrived, or may have died holding the lock (it expires 30 s after): try again at

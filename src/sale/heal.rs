@@ -46,6 +46,9 @@ pub struct HealReport {
     pub closed: bool,
     /// Seats Redis kept out of the pool with nobody holding them, returned to it.
     pub seats_returned: usize,
+    /// Holders heal.lua left for the next heal: their code, or their seat, was another
+    /// admission's still in flight (lua/heal.lua). The heal loop asks again at its next check.
+    pub deferred: usize,
 }
 
 impl HealReport {
@@ -172,6 +175,7 @@ impl Sale {
                 redis::Value::Int(-1) => anyhow::bail!("the heal lost the operator lock of {id}"),
                 value => redis::from_redis_value(value).context("heal.lua reply")?,
             };
+            report.deferred += applied.iter().filter(|a| **a == 0).count();
             restored.extend(chunk.iter().zip(applied).filter(|(_, a)| *a == 1).map(|(r, _)| *r));
         }
         report.restored = restored.len();

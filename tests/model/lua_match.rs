@@ -296,7 +296,7 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
         ),
         Call::Move { code: c, nonce, aid, level: l, mid } => (
             MOVE,
-            vec![&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending, &keys.moves, &keys.moving],
+            vec![&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending, &keys.moves, &keys.moving, &keys.meta],
             vec![code(c), format!("n{nonce}"), format!("a{aid}"), level(l), format!("m{mid}")],
         ),
         Call::MoveSettle { code: c, mid, done } => (

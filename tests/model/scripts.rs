@@ -182,7 +182,11 @@ impl Redis {
                 (None, changed, if changed { Write::Changed } else { Write::Nothing })
             }
             Call::HealAdd { code, record } => {
-                let changed = self.records[code as usize].is_none();
+                // heal.lua leaves a holder whose seat another record holds (an admission in
+                // flight) to the next heal, so no two records ever share a seat.
+                let seat_free = self.free & (1 << (record.slot - 1)) != 0;
+                let seat_in_use = !seat_free && self.records.iter().flatten().any(|r| r.slot == record.slot);
+                let changed = !seat_in_use && self.records[code as usize].is_none();
                 if changed {
                     self.records[code as usize] = Some(record);
                     self.taken[record.level as usize] += 1;
@@ -226,10 +230,16 @@ impl Redis {
         if self.pending & (1 << code) != 0 || self.moves[c].is_some() || old.level == level {
             return false;
         }
-        if self.taken[level as usize] >= caps[level as usize] || self.free == 0 {
+        let cap = caps[level as usize];
+        // The new level's room with per-level numbering (as admit takes it), else every seat.
+        let block = match self.bases.get(level as usize) {
+            Some(&base) => (((1u32 << cap) - 1) << base) as u16,
+            None => u16::MAX,
+        };
+        if self.taken[level as usize] >= cap || self.free & block == 0 {
             return false;
         }
-        let seat = self.free.trailing_zeros() as u8;
+        let seat = (self.free & block).trailing_zeros() as u8;
         self.free &= !(1 << seat);
         self.taken[level as usize] += 1;
         let new = Record { slot: seat + 1, level, ..old };

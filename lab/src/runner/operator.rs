@@ -1,10 +1,11 @@
-//! The operator's side of a run: payments and cancels sent while the faults run, on bookings a
+//! The operator's side of a run: payments (the operator's call, and the payment provider's signed
+//! webhook, sent twice as providers retry) and cancels sent while the faults run, on bookings a
 //! candidate was just told about, so releases and expiries race failovers, partitions, stalls
 //! and slow writes; and candidates who book again once their booking was cancelled or ran out
 //! (a new nonce, racing the release in Redis and the other serves' expiry passes). And a sampler that records which attempts (nonces) the database holds seats
 //! for, and when, so the checker can judge a refusal even after the seat's hold ran out.
 
-use super::topology::OPERATOR_TOKEN;
+use super::topology::{OPERATOR_TOKEN, WEBHOOK_SECRET};
 use super::EVENT;
 use crate::crowd::{self, Candidate};
 use crate::invariants::{OperatorAnswer, OperatorCall, Seen, Told};
@@ -39,6 +40,9 @@ enum Plan {
     PayAndCancel,
     /// Pay around the moment the hold runs out, racing the expiry.
     PayAtExpiry,
+    /// The payment provider's webhook at a random moment of the hold, then the same notice again
+    /// (a provider's retry must change nothing).
+    PayByWebhook,
     /// Leave it to expire.
     Expire,
 }
@@ -50,6 +54,7 @@ fn plan() -> Plan {
         400..500 => Plan::Cancel,
         500..550 => Plan::PayAndCancel,
         550..650 => Plan::PayAtExpiry,
+        650..750 => Plan::PayByWebhook,
         _ => Plan::Expire,
     }
 }
@@ -131,7 +136,7 @@ async fn carry_out(
 async fn act(client: &reqwest::Client, base: &str, raw: &str, t: &Told, plan: Plan) -> Vec<OperatorAnswer> {
     let left_ms = (t.hold_until_ms - now_ms()).max(0) as u64;
     let some_of_hold = || Duration::from_millis(rand::random_range(0..=left_ms * 4 / 5));
-    let call = |c| call(client, base, raw, t, c);
+    let call = |c| call(client, base, raw, t, Via::Operator(c));
     match plan {
         Plan::Pay => {
             tokio::time::sleep(some_of_hold()).await;
@@ -157,22 +162,55 @@ async fn act(client: &reqwest::Client, base: &str, raw: &str, t: &Told, plan: Pl
             tokio::time::sleep(around.saturating_sub(Duration::from_millis(200))).await;
             vec![call(OperatorCall::Pay).await]
         }
+        Plan::PayByWebhook => {
+            tokio::time::sleep(some_of_hold()).await;
+            let reference = format!("ref-{}", uuid::Uuid::new_v4().simple());
+            let first = self::call(client, base, raw, t, Via::Webhook(&reference)).await;
+            tokio::time::sleep(Duration::from_millis(rand::random_range(0..500))).await;
+            vec![first, self::call(client, base, raw, t, Via::Webhook(&reference)).await]
+        }
         Plan::Expire => Vec::new(),
     }
 }
 
+/// How a call reaches the sale: the operator's endpoint, or the provider's signed webhook (a
+/// payment with this reference), which the checker judges as a payment.
+#[derive(Clone, Copy)]
+enum Via<'a> {
+    Operator(OperatorCall),
+    Webhook(&'a str),
+}
+
 /// One operator call, retried on 503 and lost connections until a final answer or the deadline.
-async fn call(client: &reqwest::Client, base: &str, raw: &str, t: &Told, call: OperatorCall) -> OperatorAnswer {
-    let path = match call {
-        OperatorCall::Pay => "payment",
-        OperatorCall::Cancel => "cancel",
+async fn call(client: &reqwest::Client, base: &str, raw: &str, t: &Told, via: Via<'_>) -> OperatorAnswer {
+    let (call, url) = match via {
+        Via::Operator(OperatorCall::Pay) => {
+            (OperatorCall::Pay, format!("{base}/api/events/{EVENT}/bookings/{raw}/payment"))
+        }
+        Via::Operator(OperatorCall::Cancel) => {
+            (OperatorCall::Cancel, format!("{base}/api/events/{EVENT}/bookings/{raw}/cancel"))
+        }
+        Via::Webhook(_) => (OperatorCall::Pay, format!("{base}/api/events/{EVENT}/payments/webhook")),
     };
-    let url = format!("{base}/api/events/{EVENT}/bookings/{raw}/{path}");
     let sent_ms = now_ms();
     let started = std::time::Instant::now();
     let (mut status, mut what) = (0u16, String::new());
     while started.elapsed() < CALL_DEADLINE {
-        if let Ok(r) = client.post(&url).bearer_auth(OPERATOR_TOKEN).send().await {
+        let request = match via {
+            Via::Operator(_) => client.post(&url).bearer_auth(OPERATOR_TOKEN),
+            Via::Webhook(reference) => {
+                let body = serde_json::json!({ "code": raw, "reference": reference }).to_string();
+                // Signed afresh at each try, as a provider's retry is: the stamp must be recent.
+                let signature =
+                    seatrush::http::webhook::sign(WEBHOOK_SECRET.as_bytes(), body.as_bytes(), now_ms() / 1000);
+                client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .header("seatrush-signature", signature)
+                    .body(body)
+            }
+        };
+        if let Ok(r) = request.send().await {
             status = r.status().as_u16();
             let body: serde_json::Value = r.json().await.unwrap_or_default();
             what = body["status"].as_str().unwrap_or_default().to_owned();

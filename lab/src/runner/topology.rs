@@ -22,6 +22,8 @@ const SENTINEL_TIMEOUT: Duration = Duration::from_secs(30);
 /// misses (the rack fault).
 pub const REPLICAS: usize = 2;
 pub const OPERATOR_TOKEN: &str = "fault-runner-operator-token-7c1e9b";
+/// The payment provider's signing secret the runner's `serve` processes check webhooks with.
+pub const WEBHOOK_SECRET: &str = "fault-runner-webhook-secret-4d2a86f1";
 
 /// Settings of the deployment.
 #[derive(Clone, Debug)]
@@ -282,6 +284,7 @@ impl Topology {
             ("SEATRUSH_PERSIST_TIMEOUT_MS".into(), options.persist_timeout_ms.to_string()),
             ("SEATRUSH_REAPER_INTERVAL_MS".into(), "200".into()),
             ("SEATRUSH_OPERATOR_TOKEN".into(), OPERATOR_TOKEN.into()),
+            ("SEATRUSH_PAYMENT_WEBHOOK_SECRET".into(), WEBHOOK_SECRET.into()),
             ("SEATRUSH_LOG".into(), "warn".into()),
             ("SEATRUSH_COMMIT_CONNECTIONS".into(), options.commit_connections.max(2).to_string()),
             // The crowd comes from one address and sends unregistered codes on purpose.
