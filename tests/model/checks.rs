@@ -25,6 +25,7 @@ fn world(client_levels: Vec<u8>, requests: Vec<u8>, nonces: Vec<u8>) -> Bounds {
         rack_failovers: 0,
         lag_syncs: 0,
         heals: 0,
+        per_level: false,
     }
 }
 
@@ -47,6 +48,12 @@ pub fn one_code_with_operator() -> Bounds {
 /// promoted without what it lacked (a lost admission, or a lost release); then a heal.
 pub fn one_code_with_rack() -> Bounds {
     Bounds { rack_failovers: 1, lag_syncs: 1, heals: 1, cancels: 1, ..world(vec![0], vec![1], vec![1]) }
+}
+
+/// Per-level numbering: two codes on two levels of one seat each (level 0 owns seat 1, level 1
+/// seat 2), one request each, with 1 failover and 1 crash.
+pub fn two_levels_per_level() -> Bounds {
+    Bounds { caps: vec![1, 1], per_level: true, failovers: 1, crashes: 1, ..world(vec![1, 0], vec![1, 1], vec![1, 1]) }
 }
 
 /// The rack world with a retry after the loss (2 requests, 1 nonce): about 5 million unique
@@ -184,6 +191,18 @@ fn one_code_with_rack_and_retry_keeps_every_property() {
     check_all(SeatRush::new(one_code_with_rack_and_retry(), Switches::default()), "one code, rack, retry");
 }
 
+#[test]
+fn per_level_numbering_keeps_every_property() {
+    check_all(SeatRush::new(two_levels_per_level(), Switches::default()), "two levels, per-level seats");
+}
+
+/// Issue 33: an admit that ignores the blocks gives level 1's candidate seat 1, level 0's room.
+#[test]
+fn admit_ignoring_the_blocks_seats_a_candidate_in_another_room() {
+    let model = SeatRush::new(two_levels_per_level(), Switches { admit_ignores_blocks: true, ..Switches::default() });
+    assert_eq!(find_counterexample(model, "admit_ignores_blocks"), "every seat is in its level's room");
+}
+
 /// Issue 29: without the heal, a promoted replica that missed acknowledged writes leaves Redis
 /// apart from the database for good.
 #[test]
@@ -227,6 +246,7 @@ fn probe_a_bound() {
         rack_failovers: 0,
         lag_syncs: 0,
         heals: 0,
+        per_level: false,
     };
     check_all(SeatRush::new(bounds, Switches::default()), &format!("probe {spec}"));
 }
