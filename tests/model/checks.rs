@@ -26,6 +26,7 @@ fn world(client_levels: Vec<u8>, requests: Vec<u8>, nonces: Vec<u8>) -> Bounds {
         lag_syncs: 0,
         heals: 0,
         moves: 0,
+        per_level: false,
     }
 }
 
@@ -69,6 +70,12 @@ pub fn two_codes_with_a_move_and_a_cancel() -> Bounds {
 /// 4.5 min of a debug build on 2 busy cores: under `--ignored`.
 pub fn two_codes_with_a_move_and_a_failover() -> Bounds {
     Bounds { crashes: 0, failovers: 1, ..two_codes_with_a_move() }
+}
+
+/// Per-level numbering: two codes on two levels of one seat each (level 0 owns seat 1, level 1
+/// seat 2), one request each, with 1 failover and 1 crash.
+pub fn two_levels_per_level() -> Bounds {
+    Bounds { caps: vec![1, 1], per_level: true, failovers: 1, crashes: 1, ..world(vec![1, 0], vec![1, 1], vec![1, 1]) }
 }
 
 /// The rack world with a retry after the loss (2 requests, 1 nonce): about 5 million unique
@@ -206,6 +213,18 @@ fn one_code_with_rack_and_retry_keeps_every_property() {
     check_all(SeatRush::new(one_code_with_rack_and_retry(), Switches::default()), "one code, rack, retry");
 }
 
+#[test]
+fn per_level_numbering_keeps_every_property() {
+    check_all(SeatRush::new(two_levels_per_level(), Switches::default()), "two levels, per-level seats");
+}
+
+/// Issue 33: an admit that ignores the blocks gives level 1's candidate seat 1, level 0's room.
+#[test]
+fn admit_ignoring_the_blocks_seats_a_candidate_in_another_room() {
+    let model = SeatRush::new(two_levels_per_level(), Switches { admit_ignores_blocks: true, ..Switches::default() });
+    assert_eq!(find_counterexample(model, "admit_ignores_blocks"), "every seat is in its level's room");
+}
+
 /// Issue 29: without the heal, a promoted replica that missed acknowledged writes leaves Redis
 /// apart from the database for good.
 #[test]
@@ -279,6 +298,7 @@ fn probe_a_bound() {
         lag_syncs: 0,
         heals: 0,
         moves: 0,
+        per_level: false,
     };
     check_all(SeatRush::new(bounds, Switches::default()), &format!("probe {spec}"));
 }

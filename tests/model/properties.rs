@@ -18,6 +18,7 @@ pub fn all() -> Vec<Property<SeatRush>> {
         }),
         Property::always("no oversell in the database", db_within_caps),
         Property::always("one seat per code", one_admission_per_code),
+        Property::always("every seat is in its level's room", seats_in_their_blocks),
         Property::always("a client told 201 holds its seat", told_201_holds),
         Property::always("no 201 for a hold that ran out", |_, s: &State| !s.ghost.expired_201),
         Property::always("no fresh admission after close", |_, s: &State| !s.ghost.admitted_after_close),
@@ -58,6 +59,19 @@ fn redis_within_caps(m: &SeatRush, r: &Redis) -> bool {
     let per_level = |l: usize| held.iter().filter(|&&(_, level)| level as usize == l).count();
     (0..caps.len()).all(|l| r.taken[l] <= caps[l] && r.taken[l] as usize == per_level(l))
         && r.taken.iter().map(|&t| t as usize).sum::<usize>() <= m.bounds.seats as usize
+}
+
+/// With per-level numbering, every record in Redis and every held or paid row in the database has
+/// a seat number of its level's block (docs/design.md#seat-numbering).
+fn seats_in_their_blocks(m: &SeatRush, s: &State) -> bool {
+    let bases = m.bounds.seat_bases();
+    let within = |level: u8, slot: u8| {
+        bases.get(level as usize).is_none_or(|&base| slot > base && slot <= base + m.caps()[level as usize])
+    };
+    let redis = |r: &Redis| r.records.iter().flatten().all(|rec| within(rec.level, rec.slot));
+    redis(&s.redis.primary)
+        && redis(&s.redis.replica)
+        && s.db.rows.iter().flatten().filter(|r| r.holds_seat()).all(|r| within(r.level, r.slot))
 }
 
 fn db_within_caps(m: &SeatRush, s: &State) -> bool {

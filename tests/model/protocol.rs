@@ -35,11 +35,22 @@ pub struct Bounds {
     pub heals: u8,
     /// Operator moves of a booking to the other level (issue 33).
     pub moves: u8,
+    /// Per-level seat numbering: level `l` owns seats `base + 1 ..= base + caps[l]`, the blocks
+    /// one after another (docs/design.md#seat-numbering); `seats` should be the caps' sum.
+    pub per_level: bool,
 }
 
 impl Bounds {
     pub fn clients(&self) -> usize {
         self.client_levels.len()
+    }
+
+    /// Each level's block offset with per-level numbering; empty for event-wide numbering.
+    pub fn seat_bases(&self) -> Vec<u8> {
+        if !self.per_level {
+            return Vec::new();
+        }
+        self.caps.iter().scan(0, |next, cap| Some(std::mem::replace(next, *next + cap))).collect()
     }
 }
 
@@ -68,6 +79,9 @@ pub struct Switches {
     /// A move in two steps, free then take (cancel, then rebook, as before issue 33): between
     /// them the freed seat and the new level's room are anyone's.
     pub move_in_two_steps: bool,
+    /// admit.lua without the per-level blocks (`base:LEVEL` ignored): a level takes the lowest
+    /// free seat of the whole event, in another level's room.
+    pub admit_ignores_blocks: bool,
 }
 
 /// The checked system: its bounds and which of today's bugs are switched back on.
@@ -226,7 +240,10 @@ impl Model for SeatRush {
 
     fn init_states(&self) -> Vec<State> {
         let b = &self.bounds;
-        let redis = Redis::opened(b.clients(), b.caps.len(), b.seats);
+        let mut redis = Redis::opened(b.clients(), b.caps.len(), b.seats);
+        if !self.switches.admit_ignores_blocks {
+            redis.bases = b.seat_bases();
+        }
         vec![State {
             redis: Replicated::new(redis),
             db: Db::new(b.clients()),
