@@ -160,6 +160,12 @@ pub(crate) async fn summary(
     if !(1..=EVENTS_PAGE_MAX).contains(&limit) {
         return Err(ApiError::InvalidRequest(format!("events_limit must be 1-{EVENTS_PAGE_MAX}")));
     }
+    // The cursor is an event id (the previous page's `events_next`): anything else is a bad
+    // request, as the document says, not a page that silently starts somewhere.
+    if let Some(after) = &query.events_after {
+        EventId::parse(after)
+            .map_err(|_| ApiError::InvalidRequest("events_after must be an event id (1-64 of a-z 0-9 -)".into()))?;
+    }
     let loaded = loaded_events(&app).await?;
     let (page, events_next) = page_of(&loaded, query.events_after.as_deref(), limit);
     let mut events = Vec::new();

@@ -220,6 +220,16 @@ async fn the_summary_pages_through_every_loaded_event() {
         .await
         .unwrap();
     assert_eq!(bad.status().as_u16(), 400);
+    for cursor in ["", "Not-An-Id"] {
+        let bad = app
+            .client
+            .get(format!("{}/api/ops/summary?events_after={cursor}", app.url))
+            .bearer_auth(OPERATOR_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(bad.status().as_u16(), 400, "events_after={cursor:?}");
+    }
 }
 
 /// The page's language: the event's, else Accept-Language, else English; an operator's strings
