@@ -133,6 +133,8 @@ impl Told {
 pub enum OperatorCall {
     Pay,
     Cancel,
+    /// `POST …/bookings/{code}/move` to another level.
+    Move,
 }
 
 /// One operator call made on a booking a candidate had been told about.
@@ -150,6 +152,9 @@ pub struct OperatorAnswer {
     pub status: u16,
     /// The body's `status` (`paid`, `released`, ...).
     pub what: String,
+    /// A move's level asked for, and the seat its `200` named (0 without one); else empty and 0.
+    pub level: String,
+    pub slot: i64,
 }
 
 /// When the database was seen holding a seat for one nonce (sampled during the run).
@@ -236,11 +241,12 @@ impl Tally {
 pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) -> anyhow::Result<Vec<String>> {
     let rows = final_rows(store, event).await?;
     let cancels = Cancels::of(journal);
+    let moves = Moves::of(journal);
     let mut v = Tally::default();
 
     let admitted: Vec<&Told> = journal.told.iter().filter(|t| t.status == 201).collect();
     for t in &admitted {
-        if let Err((kind, case)) = fate(t, rows.get(&t.code), &cancels) {
+        if let Err((kind, case)) = fate(t, rows.get(&t.code), &cancels, &moves) {
             v.add(kind, case);
         }
     }
@@ -248,7 +254,7 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
     // Two clients told one seat while both believed they held it.
     let mut by_slot: HashMap<i64, Vec<(i64, i64, &str)>> = HashMap::new();
     for t in &admitted {
-        let end = t.hold_until_ms.min(cancels.first(t));
+        let end = t.hold_until_ms.min(cancels.first(t)).min(moves.first(t));
         by_slot.entry(t.slot).or_default().push((t.answered_ms, end, t.code.as_str()));
     }
     for (slot, claims) in &by_slot {
@@ -324,6 +330,37 @@ pub async fn told_violations(store: &Store, event: &EventId, journal: &Journal) 
     Ok(v.into_lines())
 }
 
+/// The moves the runner sent, by code, so a booking found in a moved seat is judged by the move.
+struct Moves<'a>(HashMap<&'a str, Vec<&'a OperatorAnswer>>);
+
+impl<'a> Moves<'a> {
+    fn of(journal: &'a Journal) -> Self {
+        let mut moves: HashMap<&str, Vec<&OperatorAnswer>> = HashMap::new();
+        for m in journal.operator.iter().filter(|m| m.call == OperatorCall::Move) {
+            moves.entry(m.code.as_str()).or_default().push(m);
+        }
+        Self(moves)
+    }
+
+    /// Those that may have moved `t`'s booking: still under way after `t` was first asked for.
+    fn of_told(&self, t: &Told) -> Vec<&'a OperatorAnswer> {
+        self.0.get(t.code.as_str()).into_iter().flatten().copied().filter(|m| m.answered_ms >= t.asked_ms).collect()
+    }
+
+    /// The row holds the seat a move of this attempt answered with, or one in the level of a
+    /// move whose answer never came (it may have been carried out).
+    fn may_hold(&self, t: &Told, r: &FinalRow) -> bool {
+        self.of_told(t).into_iter().any(|m| {
+            m.nonce == t.nonce && r.level == m.level && ((m.status == 200 && r.slot == m.slot) || m.status == 0)
+        })
+    }
+
+    /// The earliest a move could have given `t`'s told seat back to the pool.
+    fn first(&self, t: &Told) -> i64 {
+        self.of_told(t).into_iter().map(|m| m.sent_ms).min().unwrap_or(i64::MAX)
+    }
+}
+
 /// The cancels the runner sent, by code: (sent, answered).
 struct Cancels<'a>(HashMap<&'a str, Vec<(i64, i64)>>);
 
@@ -370,7 +407,7 @@ enum Fate {
 /// The rule for every candidate told `201` (its code, level and seat): at the end, the
 /// database holds that seat in that level for that attempt of the code, unless the run itself
 /// released it — a cancel sent for the code, or the hold running out — and never earlier.
-fn fate(t: &Told, row: Option<&FinalRow>, cancels: &Cancels) -> Result<Fate, (&'static str, String)> {
+fn fate(t: &Told, row: Option<&FinalRow>, cancels: &Cancels, moves: &Moves) -> Result<Fate, (&'static str, String)> {
     let (code, slot, until) = (short(&t.code), t.slot, t.hold_until_ms);
     let told = format!("{code} told seat {slot} in {}", t.level);
     if slot <= 0 || t.level.is_empty() {
@@ -384,7 +421,7 @@ fn fate(t: &Told, row: Option<&FinalRow>, cancels: &Cancels) -> Result<Fate, (&'
     }
     let Some(r) = row else { return Err(("a candidate told 201 has no row in the database", told)) };
     if r.nonce == t.nonce && r.holds_seat() {
-        if r.slot != slot || r.level != t.level {
+        if (r.slot != slot || r.level != t.level) && !moves.may_hold(t, r) {
             return Err((
                 "a candidate holds another seat than the one it was told",
                 format!("{told}, holds seat {} in {}", r.slot, r.level),
@@ -421,10 +458,11 @@ pub struct AdmittedFates {
 pub async fn admitted_fates(store: &Store, event: &EventId, journal: &Journal) -> anyhow::Result<AdmittedFates> {
     let rows = final_rows(store, event).await?;
     let cancels = Cancels::of(journal);
+    let moves = Moves::of(journal);
     let mut f = AdmittedFates::default();
     for t in journal.told.iter().filter(|t| t.status == 201) {
         f.told += 1;
-        match fate(t, rows.get(&t.code), &cancels) {
+        match fate(t, rows.get(&t.code), &cancels, &moves) {
             Ok(Fate::Holding) => f.holding += 1,
             Ok(Fate::Cancelled) => f.cancelled += 1,
             Ok(Fate::Expired) => f.expired += 1,
@@ -486,7 +524,7 @@ mod tests {
     }
 
     fn kind(t: &Told, r: Option<&FinalRow>, journal: &Journal) -> Result<&'static str, &'static str> {
-        match fate(t, r, &Cancels::of(journal)) {
+        match fate(t, r, &Cancels::of(journal), &Moves::of(journal)) {
             Ok(Fate::Holding) => Ok("holding"),
             Ok(Fate::Cancelled) => Ok("cancelled"),
             Ok(Fate::Expired) => Ok("expired"),
@@ -515,6 +553,8 @@ mod tests {
             answered_ms: 4_100,
             status: 200,
             what: "released".into(),
+            level: String::new(),
+            slot: 0,
         };
         let cancelled = Journal { operator: vec![cancel], ..Journal::default() };
         assert_eq!(kind(&t, Some(&row("n1", 7, "A1", "released", 4_050)), &cancelled), Ok("cancelled"));

@@ -21,6 +21,9 @@ use tokio_util::sync::CancellationToken;
 use topology::{Topology, TopologyOptions};
 
 pub const EVENT: &str = "fault-run";
+/// The run's levels; the crowd's candidates ask for them in turn, and the operator moves
+/// bookings between them.
+pub(crate) const LEVELS: [&str; 3] = ["A1", "B1", "C1"];
 /// Bound on how long the reaper may take to drain what the faults left pending.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a candidate waits for an answer before it retries with its nonce: shorter than a
@@ -121,6 +124,8 @@ pub struct Report {
     pub operator_calls: usize,
     pub paid_by_runner: usize,
     pub cancelled_by_runner: usize,
+    /// Moves to another level answered with the new seat (`200`).
+    pub moved_by_runner: usize,
     pub db_states: BTreeMap<String, i64>,
     pub redis_taken: i64,
     /// Each rack fault: which node Sentinel promoted, and how far behind it was.
@@ -156,7 +161,7 @@ fn spec(seats: i64, hold_seconds: i64) -> EventSpec {
 /// The crowd: mostly registered codes, some clicking twice with a new nonce, some unregistered,
 /// some bots.
 fn crowd_of(n: usize, codes: &[String]) -> Vec<Candidate> {
-    let levels = ["A1", "B1", "C1"];
+    let levels = LEVELS;
     (0..n)
         .map(|i| {
             let code = match i % 20 {
@@ -304,6 +309,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         operator_calls: journal.operator.len(),
         paid_by_runner: answered(OperatorCall::Pay, "paid"),
         cancelled_by_runner: answered(OperatorCall::Cancel, "released"),
+        moved_by_runner: journal.operator.iter().filter(|c| c.call == OperatorCall::Move && c.status == 200).count(),
         db_states,
         redis_taken,
         racks,
@@ -477,8 +483,13 @@ impl Report {
             self.admitted, self.rebookings, self.hold_seconds, self.commit_connections
         );
         println!(
-            "  operator calls: {} ({} paid, {} cancelled); database rows: {:?}; Redis counts taken: {}",
-            self.operator_calls, self.paid_by_runner, self.cancelled_by_runner, self.db_states, self.redis_taken
+            "  operator calls: {} ({} paid, {} cancelled, {} moved); database rows: {:?}; Redis counts taken: {}",
+            self.operator_calls,
+            self.paid_by_runner,
+            self.cancelled_by_runner,
+            self.moved_by_runner,
+            self.db_states,
+            self.redis_taken
         );
         for r in &self.racks {
             println!(

@@ -43,6 +43,9 @@ enum Plan {
     /// The payment provider's webhook at a random moment of the hold, then the same notice again
     /// (a provider's retry must change nothing).
     PayByWebhook,
+    /// Move the booking to another level at a random moment of the hold (the operator's support
+    /// call): the new seat is taken and the old one freed in one step, racing the faults.
+    Move,
     /// Leave it to expire.
     Expire,
 }
@@ -55,6 +58,7 @@ fn plan() -> Plan {
         500..550 => Plan::PayAndCancel,
         550..650 => Plan::PayAtExpiry,
         650..750 => Plan::PayByWebhook,
+        750..800 => Plan::Move,
         _ => Plan::Expire,
     }
 }
@@ -169,6 +173,12 @@ async fn act(client: &reqwest::Client, base: &str, raw: &str, t: &Told, plan: Pl
             tokio::time::sleep(Duration::from_millis(rand::random_range(0..500))).await;
             vec![first, self::call(client, base, raw, t, Via::Webhook(&reference)).await]
         }
+        Plan::Move => {
+            tokio::time::sleep(some_of_hold()).await;
+            let others: Vec<&str> = super::LEVELS.iter().copied().filter(|l| *l != t.level.as_str()).collect();
+            let to = others[rand::random_range(0..others.len())];
+            vec![self::call(client, base, raw, t, Via::Move(to)).await]
+        }
         Plan::Expire => Vec::new(),
     }
 }
@@ -179,6 +189,8 @@ async fn act(client: &reqwest::Client, base: &str, raw: &str, t: &Told, plan: Pl
 enum Via<'a> {
     Operator(OperatorCall),
     Webhook(&'a str),
+    /// A move to this level.
+    Move(&'a str),
 }
 
 /// One operator call, retried on 503 and lost connections until a final answer or the deadline.
@@ -191,12 +203,19 @@ async fn call(client: &reqwest::Client, base: &str, raw: &str, t: &Told, via: Vi
             (OperatorCall::Cancel, format!("{base}/api/events/{EVENT}/bookings/{raw}/cancel"))
         }
         Via::Webhook(_) => (OperatorCall::Pay, format!("{base}/api/events/{EVENT}/payments/webhook")),
+        Via::Move(_) => (OperatorCall::Move, format!("{base}/api/events/{EVENT}/bookings/{raw}/move")),
+        Via::Operator(OperatorCall::Move) => unreachable!("a move names its level: Via::Move"),
     };
     let sent_ms = now_ms();
     let started = std::time::Instant::now();
-    let (mut status, mut what) = (0u16, String::new());
+    let (mut status, mut what, mut slot) = (0u16, String::new(), 0i64);
     while started.elapsed() < CALL_DEADLINE {
         let request = match via {
+            Via::Move(level) => client
+                .post(&url)
+                .bearer_auth(OPERATOR_TOKEN)
+                .header("content-type", "application/json")
+                .body(serde_json::json!({ "level": level }).to_string()),
             Via::Operator(_) => client.post(&url).bearer_auth(OPERATOR_TOKEN),
             Via::Webhook(reference) => {
                 let body = serde_json::json!({ "code": raw, "reference": reference }).to_string();
@@ -214,6 +233,7 @@ async fn call(client: &reqwest::Client, base: &str, raw: &str, t: &Told, via: Vi
             status = r.status().as_u16();
             let body: serde_json::Value = r.json().await.unwrap_or_default();
             what = body["status"].as_str().unwrap_or_default().to_owned();
+            slot = body["slot"].as_i64().unwrap_or(0);
             if status != 503 {
                 break;
             }
@@ -224,7 +244,22 @@ async fn call(client: &reqwest::Client, base: &str, raw: &str, t: &Told, via: Vi
         status = 0;
     }
     let answered_ms = if status == 0 { i64::MAX } else { now_ms() };
-    OperatorAnswer { code: t.code.clone(), nonce: t.nonce.clone(), call, sent_ms, answered_ms, status, what }
+    let level = match via {
+        Via::Move(level) => level.to_owned(),
+        _ => String::new(),
+    };
+    let slot = if call == OperatorCall::Move && status == 200 { slot } else { 0 };
+    OperatorAnswer {
+        code: t.code.clone(),
+        nonce: t.nonce.clone(),
+        call,
+        sent_ms,
+        answered_ms,
+        status,
+        what,
+        level,
+        slot,
+    }
 }
 
 /// Reads the seats the database holds every `SAMPLE_INTERVAL` until `stop`; returns, per nonce,
