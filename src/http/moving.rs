@@ -3,10 +3,9 @@
 //! is normalised and hashed here and never logged.
 
 use super::error::{ApiError, ErrorBody};
-use super::operator::{audit, authorise, booking_json, BookingState};
+use super::operator::{audit, authorise, booking_json, parse, BookingState};
 use super::{AppState, ClientAddr};
-use crate::domain::code::NormalisedCode;
-use crate::domain::event::{EventId, LevelName};
+use crate::domain::event::LevelName;
 use crate::sale::lifecycle::LifecycleError;
 use crate::sale::moving::MoveError;
 use axum::extract::{Path, State};
@@ -50,9 +49,7 @@ pub(crate) async fn move_booking(
     body: axum::body::Bytes,
 ) -> Result<Json<BookingState>, ApiError> {
     authorise(&app, &headers, &client)?;
-    let event = EventId::parse(&event).map_err(|_| ApiError::NotFound)?;
-    let code = NormalisedCode::parse(&code).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-    let code = app.hasher.hash(&code);
+    let (event, code) = parse(&app, &event, &code)?;
     let request: MoveRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::InvalidRequest(format!("expected {{\"level\": \"…\"}}: {e}")))?;
     let level = LevelName::parse(&request.level)

@@ -42,7 +42,7 @@ pub(crate) fn authorise(app: &AppState, headers: &HeaderMap, client: &ClientAddr
     }
 }
 
-fn parse(app: &AppState, event: &str, code: &str) -> Result<(EventId, CodeHash), ApiError> {
+pub(crate) fn parse(app: &AppState, event: &str, code: &str) -> Result<(EventId, CodeHash), ApiError> {
     let event = EventId::parse(event).map_err(|_| ApiError::NotFound)?;
     let code = NormalisedCode::parse(code).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     Ok((event, app.hasher.hash(&code)))

@@ -7,8 +7,7 @@
 use super::error::{ApiError, ErrorBody};
 use super::operator::authorise;
 use super::{AppState, ClientAddr};
-use crate::domain::code::NormalisedCode;
-use crate::domain::event::{rfc3339_ms, EventId};
+use crate::domain::event::rfc3339_ms;
 use crate::sale::lifecycle::LifecycleError;
 use crate::store::{AuditEntry, BookingStep, ExportRow, StoreError};
 use axum::extract::{Path, State};
@@ -109,9 +108,7 @@ pub async fn lookup(
     Path((event, code)): Path<(String, String)>,
 ) -> Result<Json<CodeRecordAnswer>, ApiError> {
     authorise(&app, &headers, &client)?;
-    let event = EventId::parse(&event).map_err(|_| ApiError::NotFound)?;
-    let code = NormalisedCode::parse(&code).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-    let code = app.hasher.hash(&code);
+    let (event, code) = super::operator::parse(&app, &event, &code)?;
     let unavailable = |e: StoreError| match e {
         StoreError::UnknownEvent(_) => ApiError::NotFound,
         e => ApiError::from(LifecycleError::Store(e)),
