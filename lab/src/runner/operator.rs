@@ -140,54 +140,55 @@ async fn carry_out(
 async fn act(client: &reqwest::Client, base: &str, raw: &str, t: &Told, plan: Plan) -> Vec<OperatorAnswer> {
     let left_ms = (t.hold_until_ms - now_ms()).max(0) as u64;
     let some_of_hold = || Duration::from_millis(rand::random_range(0..=left_ms * 4 / 5));
-    let call = |c| call(client, base, raw, t, Via::Operator(c));
+    let call = |via| call(client, base, raw, t, via);
     match plan {
         Plan::Pay => {
             tokio::time::sleep(some_of_hold()).await;
-            vec![call(OperatorCall::Pay).await]
+            vec![call(Via::Pay).await]
         }
         Plan::PayThenCancel => {
             tokio::time::sleep(some_of_hold()).await;
-            let paid = call(OperatorCall::Pay).await;
+            let paid = call(Via::Pay).await;
             tokio::time::sleep(Duration::from_millis(rand::random_range(0..1_000))).await;
-            vec![paid, call(OperatorCall::Cancel).await]
+            vec![paid, call(Via::Cancel).await]
         }
         Plan::Cancel => {
             tokio::time::sleep(some_of_hold()).await;
-            vec![call(OperatorCall::Cancel).await]
+            vec![call(Via::Cancel).await]
         }
         Plan::PayAndCancel => {
             tokio::time::sleep(some_of_hold()).await;
-            let (paid, cancelled) = tokio::join!(call(OperatorCall::Pay), call(OperatorCall::Cancel));
+            let (paid, cancelled) = tokio::join!(call(Via::Pay), call(Via::Cancel));
             vec![paid, cancelled]
         }
         Plan::PayAtExpiry => {
             let around = Duration::from_millis(left_ms) + Duration::from_millis(rand::random_range(0..400));
             tokio::time::sleep(around.saturating_sub(Duration::from_millis(200))).await;
-            vec![call(OperatorCall::Pay).await]
+            vec![call(Via::Pay).await]
         }
         Plan::PayByWebhook => {
             tokio::time::sleep(some_of_hold()).await;
             let reference = format!("ref-{}", uuid::Uuid::new_v4().simple());
-            let first = self::call(client, base, raw, t, Via::Webhook(&reference)).await;
+            let first = call(Via::Webhook(&reference)).await;
             tokio::time::sleep(Duration::from_millis(rand::random_range(0..500))).await;
-            vec![first, self::call(client, base, raw, t, Via::Webhook(&reference)).await]
+            vec![first, call(Via::Webhook(&reference)).await]
         }
         Plan::Move => {
             tokio::time::sleep(some_of_hold()).await;
             let others: Vec<&str> = super::LEVELS.iter().copied().filter(|l| *l != t.level.as_str()).collect();
             let to = others[rand::random_range(0..others.len())];
-            vec![self::call(client, base, raw, t, Via::Move(to)).await]
+            vec![call(Via::Move(to)).await]
         }
         Plan::Expire => Vec::new(),
     }
 }
 
-/// How a call reaches the sale: the operator's endpoint, or the provider's signed webhook (a
+/// How a call reaches the sale: an operator endpoint, or the provider's signed webhook (a
 /// payment with this reference), which the checker judges as a payment.
 #[derive(Clone, Copy)]
 enum Via<'a> {
-    Operator(OperatorCall),
+    Pay,
+    Cancel,
     Webhook(&'a str),
     /// A move to this level.
     Move(&'a str),
@@ -196,15 +197,10 @@ enum Via<'a> {
 /// One operator call, retried on 503 and lost connections until a final answer or the deadline.
 async fn call(client: &reqwest::Client, base: &str, raw: &str, t: &Told, via: Via<'_>) -> OperatorAnswer {
     let (call, url) = match via {
-        Via::Operator(OperatorCall::Pay) => {
-            (OperatorCall::Pay, format!("{base}/api/events/{EVENT}/bookings/{raw}/payment"))
-        }
-        Via::Operator(OperatorCall::Cancel) => {
-            (OperatorCall::Cancel, format!("{base}/api/events/{EVENT}/bookings/{raw}/cancel"))
-        }
+        Via::Pay => (OperatorCall::Pay, format!("{base}/api/events/{EVENT}/bookings/{raw}/payment")),
+        Via::Cancel => (OperatorCall::Cancel, format!("{base}/api/events/{EVENT}/bookings/{raw}/cancel")),
         Via::Webhook(_) => (OperatorCall::Pay, format!("{base}/api/events/{EVENT}/payments/webhook")),
         Via::Move(_) => (OperatorCall::Move, format!("{base}/api/events/{EVENT}/bookings/{raw}/move")),
-        Via::Operator(OperatorCall::Move) => unreachable!("a move names its level: Via::Move"),
     };
     let sent_ms = now_ms();
     let started = std::time::Instant::now();
@@ -216,7 +212,7 @@ async fn call(client: &reqwest::Client, base: &str, raw: &str, t: &Told, via: Vi
                 .bearer_auth(OPERATOR_TOKEN)
                 .header("content-type", "application/json")
                 .body(serde_json::json!({ "level": level }).to_string()),
-            Via::Operator(_) => client.post(&url).bearer_auth(OPERATOR_TOKEN),
+            Via::Pay | Via::Cancel => client.post(&url).bearer_auth(OPERATOR_TOKEN),
             Via::Webhook(reference) => {
                 let body = serde_json::json!({ "code": raw, "reference": reference }).to_string();
                 // Signed afresh at each try, as a provider's retry is: the stamp must be recent.
