@@ -176,12 +176,12 @@ fn etag_matches(sent: &str, etag: &str) -> bool {
     sent.split(',').any(|t| t.trim() == "*" || opaque(t) == opaque(etag))
 }
 
-/// RFC 3339 in UTC with milliseconds.
+/// RFC 3339 in UTC with exactly three digits of milliseconds (`…T09:00:33.100Z`, never `33.1Z`):
+/// a fixed width, so the times of one answer or one export sort as text in time order (`time`'s
+/// own RFC 3339 format drops trailing zeros).
 pub(crate) fn rfc3339_millis(ms: i64) -> String {
-    use time::format_description::well_known::Rfc3339;
-    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    t.format(&Rfc3339).unwrap_or_default()
+    let seconds = crate::domain::event::rfc3339_ms(ms);
+    format!("{}.{:03}Z", seconds.trim_end_matches('Z'), ms.rem_euclid(1000))
 }
 
 /// Shared with the operator dashboard, so both pages count "remaining" the same way.
@@ -297,6 +297,13 @@ impl AvailabilityCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn millisecond_times_have_a_fixed_width_and_sort_as_text() {
+        assert_eq!(rfc3339_millis(1_803_891_633_100), "2027-03-01T09:00:33.100Z");
+        assert_eq!(rfc3339_millis(1_803_891_633_000), "2027-03-01T09:00:33.000Z");
+        assert!(rfc3339_millis(1_803_891_633_100) < rfc3339_millis(1_803_891_633_175));
+    }
 
     #[test]
     fn if_none_match_compares_weakly_and_accepts_lists_and_a_star() {
