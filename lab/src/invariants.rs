@@ -123,8 +123,10 @@ pub struct Told {
 }
 
 impl Told {
+    /// `429` is not final: it says "not now" about the address, nothing about the booking, which
+    /// may hold a seat from an earlier send of the same nonce.
     fn final_refusal(&self) -> bool {
-        !matches!(self.status, 0 | 201 | 503)
+        !matches!(self.status, 0 | 201 | 429 | 503)
     }
 }
 

@@ -287,8 +287,11 @@ impl Topology {
             ("SEATRUSH_PAYMENT_WEBHOOK_SECRET".into(), WEBHOOK_SECRET.into()),
             ("SEATRUSH_LOG".into(), "warn".into()),
             ("SEATRUSH_COMMIT_CONNECTIONS".into(), options.commit_connections.max(2).to_string()),
-            // The crowd comes from one address and sends unregistered codes on purpose.
+            // The crowd comes from one address and sends unregistered codes on purpose: neither
+            // the refusal limit nor the guess guard (tests/api/edge.rs holds them) may turn the
+            // whole crowd away, which is what they would do to one address behaving like this.
             ("SEATRUSH_REFUSAL_RATE_PER_MINUTE".into(), "0".into()),
+            ("SEATRUSH_GUESS_REFUSALS_MIN".into(), "0".into()),
         ];
         if let Some(guard) = &options.broken_guard {
             env.push(("SEATRUSH_BREAK_GUARD".into(), guard.clone()));
