@@ -8,13 +8,19 @@
 -- KEYS[1] {ev:ID}:adm   hash    code hash -> "nonce admission-id slot level admitted-ms"
 -- KEYS[2] {ev:ID}:free  zset    free seat numbers
 -- KEYS[3] {ev:ID}:lock  string  operator lock owner
+-- KEYS[4] {ev:ID}:moves hash    code hash -> a move in flight: "id nonce admission old-slot
+--                               old-level new-slot new-level"
 -- ARGV[1] lock owner of this run
 -- ARGV[2..] seats that, when the heal read Redis and then the database, were neither free, nor in
 --           a record, nor held in the database
 --
 -- A seat goes back only if it is still out of the pool and no record holds it now (every record
 -- is read: this runs only when a heal found a leak). A seat taken since the heal read it is in a
--- record, so it stays. Returns -1 when the lock is not this run's; else the seats returned.
+-- record, so it stays. Nor does a seat a move in flight names: its old seat stays the booking's
+-- until move_settle.lua frees it (or takes the booking back to it), and is in no record once the
+-- record names the new seat; returned here, it would be taken again and then freed a second time
+-- by the settle, free and held at once. Returns -1 when the lock is not this run's; else the
+-- seats returned.
 
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then
   return -1
@@ -24,6 +30,13 @@ for _, record in ipairs(redis.call('HVALS', KEYS[1])) do
   local seat = string.match(record, '^%S+ %S+ (%d+) ')
   if seat then
     held[seat] = true
+  end
+end
+for _, marker in ipairs(redis.call('HVALS', KEYS[4])) do
+  local old_seat, new_seat = string.match(marker, '^%S+ %S+ %S+ (%d+) %S+ (%d+) %S+$')
+  if old_seat then
+    held[old_seat] = true
+    held[new_seat] = true
   end
 end
 local returned = 0

@@ -29,7 +29,7 @@ pub async fn violations(
         if !codes.insert(r.code.clone()) {
             v.push(format!("one seat per candidate: code {} holds two seats", r.code));
         }
-        *per_level.entry(r.level.clone()).or_default() += 1;
+        *per_level.entry(r.level.to_string()).or_default() += 1;
     }
     if holders.len() as i64 > spec.total_seats {
         v.push(format!("no oversell: {} seats held, the event has {}", holders.len(), spec.total_seats));
@@ -40,7 +40,7 @@ pub async fn violations(
         }
     }
 
-    let RedisSide { taken, free, records, pending } = RedisSide::read(conn, &EventKeys::new(event)).await?;
+    let RedisSide { taken, free, records, pending, .. } = RedisSide::read(conn, &EventKeys::new(event)).await?;
     for level in spec.levels.keys() {
         let redis = taken.get(level.as_str()).copied().unwrap_or(0);
         let db = per_level.get(level.as_str()).copied().unwrap_or(0);

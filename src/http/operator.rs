@@ -64,7 +64,7 @@ pub(super) fn booking_json(row: &BookingRow) -> Json<BookingState> {
     Json(BookingState {
         status: row.state.to_string(),
         slot: row.slot,
-        level: row.level.clone(),
+        level: row.level.to_string(),
         hold_until: rfc3339_ms(row.hold_until_ms),
     })
 }

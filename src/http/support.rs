@@ -65,9 +65,9 @@ pub struct HistoryEntry {
 
 fn booking_record(row: ExportRow) -> BookingRecord {
     BookingRecord {
-        state: row.state,
+        state: row.state.to_string(),
         slot: row.slot,
-        level: row.level,
+        level: row.level.to_string(),
         admitted_at: rfc3339_ms(row.admitted_ms),
         hold_until: rfc3339_ms(row.hold_until_ms),
         paid_at: row.paid_ms.map(rfc3339_ms),
@@ -77,7 +77,12 @@ fn booking_record(row: ExportRow) -> BookingRecord {
 }
 
 fn step_answer(step: BookingStep) -> BookingStepAnswer {
-    BookingStepAnswer { at: rfc3339_ms(step.at_ms), action: step.action, level: step.level, slot: step.slot }
+    BookingStepAnswer {
+        at: rfc3339_ms(step.at_ms),
+        action: step.action,
+        level: step.level.to_string(),
+        slot: step.slot,
+    }
 }
 
 fn history_entry(entry: AuditEntry) -> HistoryEntry {

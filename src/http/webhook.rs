@@ -147,7 +147,13 @@ pub async fn webhook(
         ProviderPayment::Paid(row) => (row, true),
         ProviderPayment::Repeated(row) => (row, false),
     };
-    Ok(Json(PaymentAnswer { status: "paid", slot: row.slot, level: row.level, reference: notice.reference, first }))
+    Ok(Json(PaymentAnswer {
+        status: "paid",
+        slot: row.slot,
+        level: row.level.to_string(),
+        reference: notice.reference,
+        first,
+    }))
 }
 
 #[cfg(test)]

@@ -88,9 +88,9 @@ fn ours(row: &ExportRow, bases: &BTreeMap<LevelName, i64>) -> Vec<String> {
     let time = |ms: Option<i64>| ms.map(rfc3339_millis).unwrap_or_default();
     vec![
         row.code.as_str().to_owned(),
-        row.level.clone(),
-        seat_in_level(bases, &row.level, row.slot).to_string(),
-        row.state.clone(),
+        row.level.to_string(),
+        seat_in_level(bases, row.level.as_str(), row.slot).to_string(),
+        row.state.to_string(),
         time(Some(row.admitted_ms)),
         time(Some(row.hold_until_ms)),
         time(row.paid_ms),

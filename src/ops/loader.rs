@@ -338,7 +338,7 @@ async fn stage_seats(
     let mut taken = redis::cmd("HSET");
     taken.arg(&staged.taken);
     for level in event.spec.levels.keys() {
-        let n = holders.iter().filter(|r| r.level == level.as_str()).count();
+        let n = holders.iter().filter(|r| r.level == *level).count();
         taken.arg(level.as_str()).arg(n);
     }
     taken.query_async::<()>(conn).await?;
@@ -346,7 +346,13 @@ async fn stage_seats(
         let mut adm = redis::cmd("HSET");
         adm.arg(&staged.adm);
         for r in chunk {
-            adm.arg(r.code.as_str()).arg(admission_record(&r.nonce, &r.admission_id, r.slot, &r.level, r.admitted_ms));
+            adm.arg(r.code.as_str()).arg(admission_record(
+                &r.nonce,
+                &r.admission_id,
+                r.slot,
+                r.level.as_str(),
+                r.admitted_ms,
+            ));
         }
         adm.query_async::<()>(conn).await?;
     }

@@ -15,7 +15,7 @@ use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::oplock::OperatorLock;
 use crate::redis_io::scripts::admission_record;
-use crate::redis_io::snapshot::RedisSide;
+use crate::redis_io::snapshot::{MoveInFlight, RedisSide};
 use crate::store::{BookingRow, LevelCounts, Store, StoredEvent};
 use anyhow::{bail, Context};
 use redis::aio::MultiplexedConnection;
@@ -40,11 +40,14 @@ pub struct LevelStatus {
     /// Database holders whose code's record in Redis is another admission still in flight: the
     /// arbiter settles that one first, and only then may the holder's record (and count) return.
     pub deferred: i64,
+    /// Bookings moving into or out of this level, counted here as well as in the level the
+    /// database has them in, until move_settle.lua takes one of the two counts off.
+    pub moving: i64,
 }
 
 impl LevelStatus {
     pub fn expected_taken(&self) -> i64 {
-        self.db_held + self.db_paid + self.pending - self.deferred
+        self.db_held + self.db_paid + self.pending + self.moving - self.deferred
     }
 }
 
@@ -122,7 +125,7 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
     let (holders, db_event_taken, db_level_taken) = (snapshot.holders, snapshot.event_taken, snapshot.level_taken);
     let mut counts: BTreeMap<String, LevelCounts> = BTreeMap::new();
     for r in &holders {
-        let entry = counts.entry(r.level.clone()).or_default();
+        let entry = counts.entry(r.level.to_string()).or_default();
         if r.state == crate::store::BookingState::Paid {
             entry.paid += 1
         } else {
@@ -132,7 +135,7 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
 
     let redis_total_seats: Option<i64> =
         redis::cmd("HGET").arg(&keys.meta).arg("total_seats").query_async(conn).await?;
-    let RedisSide { taken, free, records, pending } = RedisSide::read(conn, &keys).await?;
+    let RedisSide { taken, free, records, pending, moves } = RedisSide::read(conn, &keys).await?;
 
     let in_db: HashMap<&str, &BookingRow> = holders.iter().map(|r| (r.code.as_str(), r)).collect();
     let pending: BTreeSet<String> = pending.into_iter().collect();
@@ -151,6 +154,28 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
     // and its record stays, or its settling would find nothing and the repair would leave a
     // pending entry without a record (issue 29 item 7).
     let mut in_flight: BTreeSet<String> = BTreeSet::new();
+    // Moves in flight whose booking the database holds: Redis's record (at the new seat) stays,
+    // both seats stay out of the pool and both levels count it, whichever place the database has
+    // written, because move_settle.lua will free one seat and one count. Rewritten from the
+    // database alone, the settle would free a seat and a count a second time.
+    let mut moving: BTreeSet<&str> = BTreeSet::new();
+    for (code, marker) in &moves {
+        let (Some(m), Some(row), Some(record)) =
+            (MoveInFlight::parse(marker), in_db.get(code.as_str()), records.get(code))
+        else {
+            continue;
+        };
+        if row.admission_id != m.admission {
+            continue;
+        }
+        let other = if row.level.as_str() == m.old_level { &m.new_level } else { &m.old_level };
+        if let Some(l) = c.levels.get_mut(other) {
+            l.moving += 1;
+        }
+        held_seats.extend([m.old_slot, m.new_slot]);
+        c.expected_records.push((code.clone(), record.clone()));
+        moving.insert(code.as_str());
+    }
     for (code, record) in &records {
         let Some(hash) = CodeHash::from_hex(code) else { continue };
         let Some(adm) = Admission::from_record(hash, record) else { continue };
@@ -172,14 +197,17 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
         }
     }
     for r in &holders {
+        if moving.contains(r.code.as_str()) {
+            continue;
+        }
         if in_flight.contains(r.code.as_str()) {
-            if let Some(l) = c.levels.get_mut(&r.level) {
+            if let Some(l) = c.levels.get_mut(r.level.as_str()) {
                 l.deferred += 1;
             }
             c.deferred_records += 1;
             continue;
         }
-        let record = admission_record(&r.nonce, &r.admission_id, r.slot, &r.level, r.admitted_ms);
+        let record = admission_record(&r.nonce, &r.admission_id, r.slot, r.level.as_str(), r.admitted_ms);
         if records.get(r.code.as_str()) != Some(&record) {
             c.missing_records += 1;
         }
@@ -227,7 +255,14 @@ pub async fn reconcile(link: &RedisLink, store: &Store, id: &EventId, repair: bo
 /// The keys whose change during a comparison makes it stale.
 fn watched(keys: &EventKeys) -> redis::Cmd {
     let mut watch = redis::cmd("WATCH");
-    watch.arg(&keys.meta).arg(&keys.taken).arg(&keys.free).arg(&keys.adm).arg(&keys.pending).arg(&keys.lock);
+    watch
+        .arg(&keys.meta)
+        .arg(&keys.taken)
+        .arg(&keys.free)
+        .arg(&keys.adm)
+        .arg(&keys.pending)
+        .arg(&keys.moves)
+        .arg(&keys.lock);
     watch
 }
 

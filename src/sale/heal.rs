@@ -17,7 +17,7 @@
 //! Admissions still pending are never touched: the arbiter settles them as always.
 
 use crate::domain::admission::Admission;
-use crate::domain::event::EventId;
+use crate::domain::event::{EventId, LevelName};
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::oplock::{LockError, OperatorLock};
 use crate::redis_io::snapshot::RedisSide;
@@ -147,7 +147,8 @@ impl Sale {
                     in_flight.insert(code.as_str());
                 }
             } else if holder.is_none_or(|r| r.admission_id != adm.id) {
-                stale.push(released_row(&adm));
+                // A record whose level no name can have was not written by our scripts: not ours to free.
+                stale.extend(released_row(&adm));
             }
         }
         let stale_codes: HashSet<String> = stale.iter().map(|r| r.code.as_str().to_owned()).collect();
@@ -166,7 +167,7 @@ impl Sale {
         for chunk in missing.chunks(HEAL_CHUNK) {
             let mut args = vec![lock.owner().to_owned()];
             for r in chunk {
-                args.extend([r.code.as_str().to_owned(), record_of(r), r.level.clone(), r.slot.to_string()]);
+                args.extend([r.code.as_str().to_owned(), record_of(r), r.level.to_string(), r.slot.to_string()]);
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let call = self.scripts.heal.call(&[&keys.adm, &keys.taken, &keys.free, &keys.lock], &args);
@@ -233,7 +234,7 @@ impl Sale {
         for chunk in leaked.chunks(HEAL_CHUNK) {
             let mut args: Vec<&str> = vec![lock.owner()];
             args.extend(chunk.iter().map(String::as_str));
-            let call = self.scripts.heal_seats.call(&[&keys.adm, &keys.free, &keys.lock], &args);
+            let call = self.scripts.heal_seats.call(&[&keys.adm, &keys.free, &keys.lock, &keys.moves], &args);
             match crate::redis_io::scripts::run(conn, &self.scripts.heal_seats, &call).await? {
                 redis::Value::Int(-1) => anyhow::bail!("the heal lost the operator lock"),
                 redis::Value::Int(n) => returned += n as usize,
@@ -260,19 +261,19 @@ impl Sale {
 
 /// The admission record of a database row, in the format admit.lua writes.
 fn record_of(r: &BookingRow) -> String {
-    crate::redis_io::scripts::admission_record(&r.nonce, &r.admission_id, r.slot, &r.level, r.admitted_ms)
+    crate::redis_io::scripts::admission_record(&r.nonce, &r.admission_id, r.slot, r.level.as_str(), r.admitted_ms)
 }
 
 /// A record the database released, as the release path takes it.
-fn released_row(adm: &Admission) -> BookingRow {
-    BookingRow {
+fn released_row(adm: &Admission) -> Option<BookingRow> {
+    Some(BookingRow {
         code: adm.code.clone(),
         nonce: adm.nonce.clone(),
         admission_id: adm.id.clone(),
         slot: adm.slot,
-        level: adm.level.clone(),
+        level: LevelName::parse(&adm.level)?,
         state: BookingState::Released,
         admitted_ms: adm.admitted_ms,
         hold_until_ms: 0,
-    }
+    })
 }

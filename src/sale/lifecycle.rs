@@ -197,7 +197,7 @@ fn admission_of(row: &BookingRow) -> Option<Admission> {
         nonce: row.nonce.clone(),
         id: row.admission_id.clone(),
         slot: row.slot,
-        level: row.level.clone(),
+        level: row.level.to_string(),
         admitted_ms: row.admitted_ms,
     })
 }

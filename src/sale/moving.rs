@@ -78,7 +78,7 @@ impl Sale {
             return Err(Refusal::UnknownLevel(level.to_string()).into());
         }
         let row = self.store.booking(event, code).await?.filter(BookingRow::holds_seat).ok_or(MoveError::NotFound)?;
-        if row.level == level.as_str() {
+        if row.level.as_str() == level.as_str() {
             return Ok(row);
         }
         let move_id = uuid::Uuid::new_v4().simple().to_string();
@@ -90,7 +90,7 @@ impl Sale {
         let Taken::Moved(slot) = taken else {
             return Err(Refusal::Retry("Redis and the database disagree on the level").into());
         };
-        let from = Place { level: row.level.clone(), slot: row.slot };
+        let from = Place { level: row.level.to_string(), slot: row.slot };
         let to = Place { level: level.to_string(), slot };
         if !self.acknowledged(&mut conn).await {
             self.give_up(event, &view.keys, code, &move_id).await;

@@ -9,7 +9,7 @@ use super::columns::{BookingState, HOLDS_SEAT};
 use super::{on_pool, Store, StoreError};
 use crate::domain::admission::{Admission, Seat};
 use crate::domain::code::CodeHash;
-use crate::domain::event::EventId;
+use crate::domain::event::{EventId, LevelName};
 use crate::domain::nonce::Nonce;
 use std::collections::BTreeMap;
 
@@ -21,7 +21,7 @@ pub struct BookingRow {
     pub nonce: Nonce,
     pub admission_id: String,
     pub slot: i64,
-    pub level: String,
+    pub level: LevelName,
     pub state: BookingState,
     pub admitted_ms: i64,
     pub hold_until_ms: i64,
@@ -60,7 +60,7 @@ impl BookingRow {
     pub fn seat(&self) -> Seat {
         Seat {
             slot: self.slot,
-            level: self.level.clone(),
+            level: self.level.to_string(),
             hold_until_ms: self.hold_until_ms,
             paid: self.state == BookingState::Paid,
         }
@@ -267,7 +267,7 @@ impl Store {
             let mut tx = pool.begin().await?;
             if lock_counters {
                 sqlx::query("SELECT 1 FROM levels WHERE event_id = $1 AND name = $2 FOR NO KEY UPDATE")
-                    .bind(event.as_str()).bind(&row.level).execute(&mut *tx).await?;
+                    .bind(event.as_str()).bind(row.level.as_str()).execute(&mut *tx).await?;
                 sqlx::query("SELECT 1 FROM events WHERE id = $1 FOR NO KEY UPDATE")
                     .bind(event.as_str()).execute(&mut *tx).await?;
             }

@@ -2,7 +2,7 @@
 //! does not parse is a decode error of its query, never a row silently dropped.
 
 use crate::domain::code::CodeHash;
-use crate::domain::event::EventId;
+use crate::domain::event::{EventId, LevelName};
 use crate::domain::nonce::Nonce;
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
@@ -83,7 +83,7 @@ macro_rules! text_column {
             fn decode(value: <DB as Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
                 let text = <&'r str as Decode<'r, DB>>::decode(value)?;
                 let parsed: Option<$ty> = $parse(text);
-                // The value is a hash, a nonce, an event id or a state: never a raw code.
+                // The value is a hash, a nonce, an event id, a level or a state: never a raw code.
                 parsed.ok_or_else(|| format!("not a valid {}: {text:?}", stringify!($ty)).into())
             }
         }
@@ -94,6 +94,7 @@ text_column!(BookingState, BookingState::parse);
 text_column!(CodeHash, CodeHash::from_hex);
 text_column!(Nonce, Nonce::parse);
 text_column!(EventId, |text: &str| EventId::parse(text).ok());
+text_column!(LevelName, LevelName::parse);
 
 #[cfg(test)]
 mod tests {

@@ -1,18 +1,20 @@
 //! The list after the sale (`seatrush export`): every booking row of an event with its payment,
 //! read in one statement, so the list is one consistent moment of the database.
 
+use super::columns::BookingState;
 use super::{on_pool, Store, StoreError};
 use crate::domain::code::CodeHash;
-use crate::domain::event::EventId;
+use crate::domain::event::{EventId, LevelName};
 
 /// One booking as the export writes it. The database keeps one row per code (a released
 /// candidate who books again reuses it), so this is the code's latest booking.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct ExportRow {
+    #[sqlx(rename = "code_hash")]
     pub code: CodeHash,
-    pub level: String,
+    pub level: LevelName,
     pub slot: i64,
-    pub state: String,
+    pub state: BookingState,
     pub admitted_ms: i64,
     pub hold_until_ms: i64,
     pub paid_ms: Option<i64>,
@@ -21,35 +23,16 @@ pub struct ExportRow {
     pub payment_reference: Option<String>,
 }
 
-pub(super) type ExportTuple = (String, String, i64, String, i64, i64, Option<i64>, Option<i64>, Option<String>);
-
 /// A booking with its payment; the callers add the WHERE (and the order).
 pub(super) const EXPORT_SELECT: &str =
     "SELECT b.code_hash, b.level, b.slot, b.state, b.admitted_ms, b.hold_until_ms, p.paid_ms,
-        CASE WHEN b.state = 'released' THEN b.updated_ms END, p.reference
+        CASE WHEN b.state = 'released' THEN b.updated_ms END AS released_ms, p.reference AS payment_reference
      FROM bookings b LEFT JOIN payments p ON p.event_id = b.event_id AND p.admission_id = b.admission_id";
 
 impl Store {
     /// Every booking of the event, by level and seat.
     pub async fn export_rows(&self, event: &EventId) -> Result<Vec<ExportRow>, StoreError> {
         let sql = format!("{EXPORT_SELECT} WHERE b.event_id = $1 ORDER BY b.level, b.slot, b.code_hash");
-        let rows: Vec<ExportTuple> =
-            on_pool!(self, pool => sqlx::query_as(&sql).bind(event.as_str()).fetch_all(pool).await?);
-        rows.into_iter().map(to_export_row).collect()
+        Ok(on_pool!(self, pool => sqlx::query_as(&sql).bind(event.as_str()).fetch_all(pool).await?))
     }
-}
-
-pub(super) fn to_export_row(t: ExportTuple) -> Result<ExportRow, StoreError> {
-    let code = CodeHash::from_hex(&t.0).ok_or_else(|| StoreError::Corrupt(format!("code hash {:?}", t.0)))?;
-    Ok(ExportRow {
-        code,
-        level: t.1,
-        slot: t.2,
-        state: t.3,
-        admitted_ms: t.4,
-        hold_until_ms: t.5,
-        paid_ms: t.6,
-        released_ms: t.7,
-        payment_reference: t.8,
-    })
 }

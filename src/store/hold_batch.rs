@@ -22,7 +22,7 @@ use super::columns::BookingState;
 use super::{HoldOutcome, Store, StoreError};
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
-use crate::domain::event::EventId;
+use crate::domain::event::{EventId, LevelName};
 use crate::domain::nonce::Nonce;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgExecutor, PgPool, Postgres};
@@ -264,7 +264,7 @@ fn postgres_outcome(row: PostgresHoldRow, adm: &Admission) -> Result<HoldOutcome
             nonce: row.nonce.clone().ok_or_else(missing)?,
             admission_id: row.admission_id.clone().ok_or_else(missing)?,
             slot: row.slot.ok_or_else(missing)?,
-            level: row.level.clone().ok_or_else(missing)?,
+            level: row.level.as_deref().map(level_of).ok_or_else(missing)??,
             state: state.ok_or_else(missing)??,
             admitted_ms: row.admitted_ms.ok_or_else(missing)?,
             hold_until_ms: row.hold_until_ms.ok_or_else(missing)?,
@@ -285,4 +285,9 @@ fn postgres_outcome(row: PostgresHoldRow, adm: &Admission) -> Result<HoldOutcome
         }
         other => Err(StoreError::Batch(format!("seatrush_hold: unknown outcome {other:?}"))),
     }
+}
+
+/// A level name from `seatrush_hold`'s answer: one no level can have is a corrupt row, not skipped.
+fn level_of(text: &str) -> Result<LevelName, StoreError> {
+    LevelName::parse(text).ok_or_else(|| StoreError::Batch(format!("seatrush_hold: not a level name: {text:?}")))
 }

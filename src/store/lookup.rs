@@ -1,10 +1,10 @@
 //! Candidate support: one code's booking with its payment, whether it is registered, and the
 //! audit trail of what operators and the provider did to it, for `GET …/bookings/{code}`.
 
-use super::export::{to_export_row, ExportTuple, EXPORT_SELECT};
+use super::export::EXPORT_SELECT;
 use super::{on_pool, AuditEntry, ExportRow, Store, StoreError};
 use crate::domain::code::CodeHash;
-use crate::domain::event::EventId;
+use crate::domain::event::{EventId, LevelName};
 
 /// Entries of a code's history answered at most: a support screen, not an archive.
 pub const HISTORY_MAX: i64 = 100;
@@ -28,7 +28,7 @@ pub struct BookingStep {
     pub at_ms: i64,
     pub action: String,
     pub admission_id: String,
-    pub level: String,
+    pub level: LevelName,
     pub slot: i64,
 }
 
@@ -38,7 +38,7 @@ impl Store {
         let (registered, booking, mut history, mut steps) = on_pool!(self, pool => {
             let registered: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM allowlist WHERE event_id = $1 AND code_hash = $2")
                 .bind(event.as_str()).bind(code.as_str()).fetch_one(pool).await?;
-            let booking: Option<ExportTuple> =
+            let booking: Option<ExportRow> =
                 sqlx::query_as(&select).bind(event.as_str()).bind(code.as_str()).fetch_optional(pool).await?;
             let history: Vec<AuditEntry> = sqlx::query_as(
                 "SELECT at_ms, event_id, action, code_hash, client, outcome FROM audit_log
@@ -54,6 +54,6 @@ impl Store {
         });
         history.reverse();
         steps.reverse();
-        Ok(CodeRecord { registered, booking: booking.map(to_export_row).transpose()?, history, steps })
+        Ok(CodeRecord { registered, booking, history, steps })
     }
 }

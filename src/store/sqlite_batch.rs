@@ -20,7 +20,7 @@ use super::hold_batch::{sqlite_sql, BatchShape, Outcomes, Written};
 use super::{HoldItem, HoldOutcome, StoreError};
 use crate::domain::admission::Seat;
 use crate::domain::code::CodeHash;
-use crate::domain::event::{now_ms, EventId};
+use crate::domain::event::{now_ms, EventId, LevelName};
 use crate::domain::nonce::Nonce;
 use rusqlite::{params, Connection, TransactionBehavior};
 use std::path::Path;
@@ -336,7 +336,7 @@ fn read_row(conn: &Connection, event: &str, code: &str) -> rusqlite::Result<Opti
             nonce: parsed(r, 1, Nonce::parse)?,
             admission_id: r.get(2)?,
             slot: r.get(3)?,
-            level: r.get(4)?,
+            level: parsed(r, 4, LevelName::parse)?,
             state: parsed(r, 5, BookingState::parse)?,
             admitted_ms: r.get(6)?,
             hold_until_ms: r.get(7)?,

@@ -21,14 +21,14 @@ fn record(r: &BookingRow) -> String {
 /// Redis without this booking's admission: no record, not counted, its seat free.
 fn lose_admission(app: &TestApp, r: &BookingRow) {
     app.redis::<()>(redis::cmd("HDEL").arg(&app.keys.adm).arg(r.code.as_str()));
-    app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg(&r.level).arg(-1));
+    app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg(r.level.as_str()).arg(-1));
     app.redis::<()>(redis::cmd("ZADD").arg(&app.keys.free).arg(r.slot).arg(r.slot));
 }
 
 /// Redis without this booking's release: its record, count and seat are back.
 fn lose_release(app: &TestApp, r: &BookingRow) {
     app.redis::<()>(redis::cmd("HSET").arg(&app.keys.adm).arg(r.code.as_str()).arg(record(r)));
-    app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg(&r.level).arg(1));
+    app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg(r.level.as_str()).arg(1));
     app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.free).arg(r.slot));
 }
 

@@ -45,7 +45,7 @@ async fn a_slow_path_hold_and_a_release_of_one_booking_do_not_deadlock() {
             nonce: row.nonce.clone(),
             id: row.admission_id.clone(),
             slot: row.slot,
-            level: row.level.clone(),
+            level: row.level.to_string(),
             admitted_ms: row.admitted_ms,
         },
         hold_ms: 900_000,

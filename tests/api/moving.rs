@@ -5,6 +5,8 @@
 //! the move was given up.
 
 use crate::helpers::{nonce, spawn_app, AppOptions, Backend, TestApp, EVENT, OPERATOR_TOKEN};
+use seatrush::ops::reconcile;
+use seatrush::sale::heal::Healed;
 use seatrush::store::{MoveWrite, Place};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -222,4 +224,69 @@ async fn a_move_under_per_level_numbering_takes_a_seat_in_the_new_levels_room() 
     let redis = app.redis_state();
     assert!(redis.free.contains(&1) && redis.free.contains(&2), "A1's room is free again: {redis:?}");
     app.assert_invariants().await;
+}
+
+/// A move whose database half is written and whose settle has not run yet (its `serve` died
+/// between them): the old seat is in no record and held by no row, yet it is the move's until the
+/// settle frees it. A heal meanwhile must leave it out of the pool; returned, another candidate
+/// could take it and the settle would free it a second time, held and free at once.
+#[tokio::test]
+async fn a_heal_during_a_move_leaves_the_old_seat_to_the_settle() {
+    let app = spawn_app(app_options()).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("m")).await.status, 201);
+    let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
+    let new_slot = redis_half(&app, "CODE-00001", "B1", "move-h").await;
+    let from = Place { level: "A1".into(), slot: row.slot };
+    let to = Place { level: "B1".into(), slot: new_slot };
+    let written = app.store.move_booking(&app.event, &row.code, &row.admission_id, "move-h", &from, &to).await.unwrap();
+    assert_eq!(written, MoveWrite::Moved);
+    let Healed::Done(report) = app.sale.heal_event(&app.event).await.unwrap() else { panic!("healed") };
+    assert_eq!(report.seats_returned, 0, "the move's old seat is not a leak: {report:?}");
+    assert!(!app.redis_state().free.contains(&row.slot), "the old seat stays out until the settle");
+    assert_eq!(app.sale.settle_moves_once().await.unwrap(), 1);
+    let redis = app.redis_state();
+    assert!(redis.free.contains(&row.slot), "{redis:?}");
+    assert_eq!((redis.taken["A1"], redis.taken["B1"]), (0, 1));
+    app.assert_invariants().await;
+}
+
+/// `reconcile --repair` while a move is in flight, before and after its database half: the
+/// booking is counted in both levels and holds both seats until the settle takes one away, and
+/// its record stays at the new seat. Rewritten from the database alone, the settle would take a
+/// count (and a seat) off a second time: Redis would count fewer seats than the database holds.
+async fn a_repair_during_a_move_leaves_it_to_the_settle(database_first: bool) {
+    let app = spawn_app(app_options()).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("m")).await.status, 201);
+    let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
+    let new_slot = redis_half(&app, "CODE-00001", "B1", "move-r").await;
+    let from = Place { level: "A1".into(), slot: row.slot };
+    let to = Place { level: "B1".into(), slot: new_slot };
+    let code = row.code.clone();
+    if database_first {
+        let written = app.store.move_booking(&app.event, &code, &row.admission_id, "move-r", &from, &to).await;
+        assert_eq!(written.unwrap(), MoveWrite::Moved);
+    }
+    let during = app.redis_state();
+    let drift = reconcile::reconcile(app.sale.link(), &app.store, &app.event, true).await.unwrap();
+    assert_eq!(drift, Vec::<String>::new(), "a move in flight is not drift");
+    assert_eq!(app.redis_state(), during, "the repair changed nothing");
+    if !database_first {
+        let written = app.store.move_booking(&app.event, &code, &row.admission_id, "move-r", &from, &to).await;
+        assert_eq!(written.unwrap(), MoveWrite::Moved);
+    }
+    assert_eq!(app.sale.settle_moves_once().await.unwrap(), 1);
+    let redis = app.redis_state();
+    assert_eq!((redis.taken["A1"], redis.taken["B1"]), (0, 1), "{redis:?}");
+    assert!(redis.free.contains(&row.slot) && !redis.free.contains(&new_slot), "{redis:?}");
+    app.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_repair_after_a_moves_database_half_leaves_it_to_the_settle() {
+    a_repair_during_a_move_leaves_it_to_the_settle(true).await;
+}
+
+#[tokio::test]
+async fn a_repair_before_a_moves_database_half_leaves_it_to_the_settle() {
+    a_repair_during_a_move_leaves_it_to_the_settle(false).await;
 }
