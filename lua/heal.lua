@@ -8,6 +8,7 @@
 -- KEYS[2] {ev:ID}:taken    hash  level -> seats held
 -- KEYS[3] {ev:ID}:free     zset  free seat numbers
 -- KEYS[4] {ev:ID}:lock     string  operator lock owner
+-- KEYS[5] {ev:ID}:moves    hash  code hash -> a move in flight (move.lua's marker)
 -- ARGV[1] lock owner of this run
 -- ARGV    then groups of four, one per database holder Redis has no record for when the heal
 --         read it: code hash; its record; level; seat
@@ -18,7 +19,10 @@
 -- flight, and a record written beside it would share the seat, so the undo of that admission
 -- (a short WAIT, the reaper) would put back in the pool a seat this holder keeps. That admission
 -- is settled first too (the database refuses it: SeatTaken), and the next heal restores the
--- holder. An applied group writes the record, counts the seat in its level and takes the seat
+-- holder. Nor while the code has a move in flight: the heal read the database before or after
+-- the move's own write, and move_settle.lua decides from the record it finds, so a record put
+-- back from a stale read would be left in place (counted in a level the booking has left); the
+-- settle comes first and the next heal restores what is still missing. An applied group writes the record, counts the seat in its level and takes the seat
 -- out of the pool (a seat out of the pool and held by no record, a leaked one, is taken as is). Seats Redis counts with nobody holding them are not this script's: their
 -- records go through release.lua, guarded by nonce and admission id.
 -- Returns -1 when the lock is not this run's (nothing written); else one 0/1 per group.
@@ -48,7 +52,8 @@ local applied = {}
 for i = 0, n - 1 do
   local code, record, level, seat = ARGV[2 + i * 4], ARGV[3 + i * 4], ARGV[4 + i * 4], ARGV[5 + i * 4]
   local seat_in_use = not redis.call('ZSCORE', KEYS[3], seat) and held(seat)
-  if not seat_in_use and redis.call('HSETNX', KEYS[1], code, record) == 1 then
+  local moving = redis.call('HEXISTS', KEYS[5], code) == 1
+  if not seat_in_use and not moving and redis.call('HSETNX', KEYS[1], code, record) == 1 then
     if held_by_records then
       held_by_records[seat] = true
     end

@@ -24,6 +24,9 @@ use std::time::Duration;
 
 /// Repairs taken again when Redis changes between the snapshot and the write.
 const ATTEMPTS_MAX: usize = 5;
+/// How often, and how long apart, a repair looks again for moves in flight to be settled.
+const MOVE_WAITS_MAX: u32 = 100;
+const MOVE_WAIT_PAUSE: Duration = Duration::from_millis(100);
 /// Comparisons during which the sale changed that must all show drift before it is reported.
 const NOISY_COMPARISONS_MAX: usize = 10;
 const NOISY_COMPARISON_PAUSE: Duration = Duration::from_millis(20);
@@ -70,6 +73,8 @@ pub struct Comparison {
     pub deferred_records: usize,
     /// The database's own counters against its rows.
     pub db_counter_drift: Vec<String>,
+    /// Move markers in Redis: moves whose settle has not run yet.
+    pub moves_in_flight: usize,
     expected_taken: BTreeMap<String, i64>,
     expected_free_seats: Vec<i64>,
     expected_records: Vec<(String, String)>,
@@ -158,6 +163,7 @@ pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &Event
     // both seats stay out of the pool and both levels count it, whichever place the database has
     // written, because move_settle.lua will free one seat and one count. Rewritten from the
     // database alone, the settle would free a seat and a count a second time.
+    c.moves_in_flight = moves.len();
     let mut moving: BTreeSet<&str> = BTreeSet::new();
     for (code, marker) in &moves {
         let (Some(m), Some(row), Some(record)) =
@@ -310,9 +316,25 @@ pub async fn compare_quietly(
 
 async fn repair_locked(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<Vec<String>> {
     let keys = EventKeys::new(id);
-    for _ in 0..ATTEMPTS_MAX {
+    let (mut attempts, mut move_waits) = (0, 0);
+    while attempts < ATTEMPTS_MAX {
         watched(&keys).query_async::<()>(conn).await?;
         let c = compare(conn, store, id).await?;
+        if c.moves_in_flight > 0 && move_waits < MOVE_WAITS_MAX {
+            // move_settle.lua frees one of a moving booking's two seats and counts from what it
+            // finds, whatever a repair wrote meanwhile (a released booking's old seat, say): a
+            // repair waits for the settle (a live move takes milliseconds, a dead one's marker
+            // is settled by the background pass) instead of counting what the settle will undo.
+            redis::cmd("UNWATCH").query_async::<()>(conn).await?;
+            move_waits += 1;
+            tokio::time::sleep(MOVE_WAIT_PAUSE).await;
+            continue;
+        }
+        if c.moves_in_flight > 0 {
+            redis::cmd("UNWATCH").query_async::<()>(conn).await?;
+            bail!("{} moves of event {id} stayed in flight for {} s; run the repair again once they are settled (a running `serve` settles them)", c.moves_in_flight, MOVE_WAITS_MAX as u64 * MOVE_WAIT_PAUSE.as_millis() as u64 / 1000);
+        }
+        attempts += 1;
         let drift = c.drift();
         if c.redis_total_seats.is_none() {
             redis::cmd("UNWATCH").query_async::<()>(conn).await?;

@@ -150,9 +150,18 @@ impl Sale {
             ScriptRefusal::AlreadyAdmitted => None,
             ScriptRefusal::LevelFull => Some(Refusal::LevelFull),
             ScriptRefusal::SoldOut => Some(Refusal::SoldOut),
-            // The record changed between the read and the script: the gate's refusal stands.
+            // The record changed between the read and the script: the gate's refusal stands,
+            // unless the database holds this very attempt's seat (Redis lost the record in
+            // between: a promotion after the gate read it). Found by the model (MODEL.md, finding 5).
             ScriptRefusal::NotARetry => {
-                return Err(gate.unwrap_or(Refusal::Retry("admission changed while it was checked")))
+                let Some(gate) = gate else { return Err(Refusal::Retry("admission changed while it was checked")) };
+                if !self.heals() {
+                    return Err(gate);
+                }
+                return match self.attempt_row(view, req).await? {
+                    Some(row) => self.answer_from_database(view, row).await,
+                    None => Err(gate),
+                };
             }
             // The gate's cached view or this host's clock said open; Redis's own say otherwise.
             ScriptRefusal::Outside(OutsideWindow::NotOpen) => {

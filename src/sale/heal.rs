@@ -170,7 +170,7 @@ impl Sale {
                 args.extend([r.code.as_str().to_owned(), record_of(r), r.level.to_string(), r.slot.to_string()]);
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let call = self.scripts.heal.call(&[&keys.adm, &keys.taken, &keys.free, &keys.lock], &args);
+            let call = self.scripts.heal.call(&[&keys.adm, &keys.taken, &keys.free, &keys.lock, &keys.moves], &args);
             let reply = crate::redis_io::scripts::run(conn, &self.scripts.heal, &call).await?;
             let applied: Vec<i64> = match reply {
                 redis::Value::Int(-1) => anyhow::bail!("the heal lost the operator lock of {id}"),
