@@ -32,8 +32,12 @@ pub enum Pc {
     Wait { adm: Record, epoch: u8 },
     /// The database write (`hold`).
     Hold { adm: Record },
-    /// persisted.lua, then the answer.
-    Persist { adm: Record, answer: Answer },
+    /// persisted.lua, then the answer. `fresh`: the persister's mark of a fresh hold (`Held`),
+    /// whose pending entry must be there; gone, Redis lost it, and the mark asks for a heal.
+    Persist { adm: Record, answer: Answer, fresh: bool },
+    /// A final refusal (a script's -1/-2/-3/-6, a gate's `closed`) before it is answered: the
+    /// read of the code's row (`Sale::script_refusal`, `Sale::attempt_row`).
+    CheckRow { answer: Answer },
     /// `claim_released`, then undo.lua or persisted.lua, then the answer.
     Settle { adm: Record, seat_held: bool, answer: Answer },
     /// undo.lua, then the answer.
@@ -133,9 +137,22 @@ pub enum Task {
         redis: RedisView,
         db: RedisView,
     },
+    /// Heal: heal_seats.lua for each seat that, when read, was neither free, in a record, nor
+    /// held in the database.
+    HealSeats {
+        redis: RedisView,
+        db: RedisView,
+        restored: RedisView,
+    },
     /// Heal: read the restored holders again; release.lua for any the database released since.
     HealRecheck {
         restored: RedisView,
+    },
+    /// The event had no state in Redis: `open`'s rebuild reads the database's holders,
+    RebuildRead,
+    /// then switches them in (switch.lua, only while the event is still not loaded).
+    RebuildSwitch {
+        db: RedisView,
     },
     /// Move: move.lua for the booking the operator's read of the row found, on the serve's
     /// release connection (the code opens one of its own; either way `WAIT` covers the script).
@@ -187,6 +204,8 @@ pub enum Task {
 pub struct RedisView {
     pub records: [Option<Record>; 4],
     pub pending: u16,
+    /// Redis's free pool (empty for the database's side).
+    pub free: u16,
 }
 
 /// The stages of a serve's background pass, in the order `background_pass` runs them; each

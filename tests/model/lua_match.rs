@@ -10,6 +10,7 @@ use redis::Value;
 
 const ADMIT: &str = include_str!("../../lua/admit.lua");
 const HEAL: &str = include_str!("../../lua/heal.lua");
+const HEAL_SEATS: &str = include_str!("../../lua/heal_seats.lua");
 /// The operator lock's owner a heal call runs under.
 const LOCK_OWNER: &str = "model-heal";
 const UNDO: &str = include_str!("../../lua/undo.lua");
@@ -125,6 +126,10 @@ fn random_state(rng: &mut StdRng, held: f64) -> (Redis, Vec<u8>) {
         *t += rng.random_range(0..=1);
     }
     redis.closed = rng.random_bool(0.15);
+    // Redis lost the event's meta (a wipe; the model's records stay, to check the order of
+    // admit.lua's branches).
+    redis.loaded = rng.random_bool(0.95);
+    redis.closed &= redis.loaded;
     (redis, caps)
 }
 
@@ -132,7 +137,7 @@ fn random_call(rng: &mut StdRng) -> Call {
     let code = rng.random_range(0..CODES);
     let nonce = rng.random_range(0..2);
     let aid = rng.random_range(0..3);
-    match rng.random_range(0..5) {
+    match rng.random_range(0..6) {
         // Level LEVELS is unknown: admit must refuse it with an error, changing nothing.
         0 => Call::Admit {
             code,
@@ -145,10 +150,12 @@ fn random_call(rng: &mut StdRng) -> Call {
         1 => Call::Undo { code, nonce, aid, seat_held: rng.random_bool(0.3) },
         2 => Call::Release { code, nonce, aid },
         3 => Call::Persisted { code, nonce, aid },
-        _ => Call::HealAdd {
+        4 => Call::HealAdd {
             code,
             record: Record { nonce, aid, slot: rng.random_range(1..=SEATS_MAX), level: rng.random_range(0..LEVELS) },
+            beside: false,
         },
+        _ => Call::HealSeats { seat: rng.random_range(1..=SEATS_MAX) },
     }
 }
 
@@ -251,7 +258,9 @@ fn load(keys: &mut Keys, redis: &Redis, caps: &[u8]) {
     }
     pipe.cmd("SET").arg(&keys.syncs).arg(0).ignore();
     pipe.cmd("SET").arg(&keys.lock).arg(LOCK_OWNER).ignore();
-    pipe.cmd("HSET").arg(&keys.meta).arg("state").arg(if redis.closed { "closed" } else { "open" }).ignore();
+    if redis.loaded {
+        pipe.cmd("HSET").arg(&keys.meta).arg("state").arg(if redis.closed { "closed" } else { "open" }).ignore();
+    }
     for (l, base) in redis.bases.iter().enumerate() {
         pipe.cmd("HSET").arg(&keys.meta).arg(format!("base:{}", level(l as u8))).arg(base).ignore();
     }
@@ -289,7 +298,10 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
         Call::Persisted { code: c, nonce, aid } => {
             (PERSISTED, vec![&keys.adm, &keys.pending], vec![code(c), format!("n{nonce}"), format!("a{aid}")])
         }
-        Call::HealAdd { code: c, record } => (
+        Call::HealSeats { seat } => {
+            (HEAL_SEATS, vec![&keys.adm, &keys.free, &keys.lock], vec![LOCK_OWNER.into(), seat.to_string()])
+        }
+        Call::HealAdd { code: c, record, .. } => (
             HEAL,
             vec![&keys.adm, &keys.taken, &keys.free, &keys.lock],
             vec![LOCK_OWNER.into(), code(c), record_text(&record), level(record.level), record.slot.to_string()],
@@ -305,6 +317,7 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
             vec![code(c), format!("m{mid}"), if done { "done" } else { "aborted" }.into()],
         ),
         Call::TwoStepFree { .. } | Call::TwoStepTake { .. } => unreachable!("a switch of the model, no script"),
+        Call::Rebuild { .. } => unreachable!("switch.lua is open's, checked by tests/api"),
     };
     // A pipeline that keeps error replies as values: a plain query turns an attempt's error inside
     // admit's array into an error for the whole call.
@@ -347,6 +360,7 @@ fn read_back(keys: &mut Keys) -> Redis {
     let mut redis = Redis::opened(CODES as usize, LEVELS as usize, 1);
     let state: Option<String> = redis::cmd("HGET").arg(&keys.meta).arg("state").query(&mut keys.conn).expect("HGET");
     redis.closed = state.as_deref() == Some("closed");
+    redis.loaded = state.is_some();
     for l in 0..LEVELS {
         let base: Option<u8> =
             redis::cmd("HGET").arg(&keys.meta).arg(format!("base:{}", level(l))).query(&mut keys.conn).expect("HGET");
@@ -493,6 +507,7 @@ fn expected_reply(
         (Some(AdmitReply::LevelFull), Ok(Value::Int(-3))) => Ok(()),
         (Some(AdmitReply::NotARetry), Ok(Value::Int(-4))) => Ok(()),
         (Some(AdmitReply::Closed), Ok(Value::Int(-6))) => Ok(()),
+        (Some(AdmitReply::NotLoaded), Ok(Value::Int(-7))) => Ok(()),
         (Some(AdmitReply::Admitted(r)), Ok(Value::Array(items))) if items.len() == 4 => {
             let text = |v: &Value| match v {
                 Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
@@ -563,6 +578,7 @@ fn kind(call: Call, reply: Option<AdmitReply>, changed: bool) -> String {
         (Call::Release { .. }, _) => format!("release:{changed}"),
         (Call::Persisted { .. }, _) => format!("persisted:{changed}"),
         (Call::HealAdd { .. }, _) => format!("heal:{changed}"),
+        (Call::HealSeats { .. }, _) => format!("heal_seats:{changed}"),
         (Call::Admit { .. }, None) => unreachable!(),
         (call, _) => unreachable!("checked by the_move_scripts_decide_as_the_model_does: {call:?}"),
     }

@@ -6,6 +6,8 @@ mod actors;
 mod arbiter;
 mod checks;
 mod draw;
+mod heal;
+mod heal_checks;
 mod lua_match;
 mod properties;
 mod protocol;

@@ -22,6 +22,9 @@ pub fn all() -> Vec<Property<SeatRush>> {
         Property::always("a client told 201 holds its seat", told_201_holds),
         Property::always("no 201 for a hold that ran out", |_, s: &State| !s.ghost.expired_201),
         Property::always("no fresh admission after close", |_, s: &State| !s.ghost.admitted_after_close),
+        Property::always("a client with a held row is never told a final refusal", |_, s: &State| {
+            !s.ghost.refused_while_held
+        }),
         Property::always("at quiescence Redis matches the database", |m, s: &State| {
             !quiescent(s) || counters_match(m, &drain(m, s))
         }),
@@ -38,6 +41,7 @@ pub fn all() -> Vec<Property<SeatRush>> {
             s.db.rows.iter().flatten().any(|r| r.holds_seat() && r.nonce > 0) && s.ghost.released_legitimately != 0
         }),
         Property::sometimes("a booking is moved", |_, s: &State| s.ghost.moved),
+        Property::sometimes("a heal or a rebuild gives Redis back a holder or a seat", |_, s: &State| s.ghost.healed),
     ]
 }
 
@@ -120,6 +124,12 @@ pub fn quiescent(s: &State) -> bool {
 pub fn drain(m: &SeatRush, s: &State) -> State {
     let mut s = s.clone();
     let caps = m.caps();
+    // An old primary still running rejoins as a replica: its serve then sees the new primary's
+    // replication id.
+    if s.redis.old.is_some() {
+        s.ghost.lost_acked |= s.redis.rejoin();
+        s.heal_wanted |= !m.switches.replid_not_watched;
+    }
     s.redis.replicate_all(caps);
     for _round in 0..8 {
         let before = (s.redis.primary.clone(), s.db.clone());
@@ -142,6 +152,9 @@ pub fn drain(m: &SeatRush, s: &State) -> State {
             let Some(row) = s.db.rows[code as usize].filter(|r| r.state == RowState::Released && !r.synced) else {
                 continue;
             };
+            if !s.redis.primary.loaded {
+                continue;
+            }
             s.redis.run(caps, Call::Release { code, nonce: row.nonce, aid: row.aid }, None, true);
             s.db.mark_synced(code, row.aid);
         }
@@ -151,23 +164,29 @@ pub fn drain(m: &SeatRush, s: &State) -> State {
             let done = s.db.claim_move(marker.mid);
             s.redis.run(caps, Call::MoveSettle { code, mid: marker.mid, done }, None, true);
         }
-        // The heal's periodic sweep, once Redis has lost acknowledged writes.
-        if s.ghost.lost_acked {
-            crate::steps::heal_now(m, &mut s);
+        // The heal loop on the evidence it has, and the 15 s sweep once Redis lost acknowledged
+        // writes (unless `evidence_only`).
+        if s.heal_wanted || (s.ghost.lost_acked && !m.bounds.evidence_only) {
+            crate::heal::heal_now(m, &mut s);
         }
         s.redis.replicate_all(caps);
-        if (s.redis.primary.clone(), s.db.clone()) == before {
+        if (s.redis.primary.clone(), s.db.clone()) == before && !s.heal_wanted {
             return s;
         }
     }
     panic!("drain did not reach a fixpoint in 8 rounds: {s:#?}");
 }
 
-/// Invariant 3 (docs/design.md#the-invariants): counters equal held + paid rows level by level,
-/// nothing pending, and every release in the database is in Redis too.
+/// Invariant 3 (docs/design.md#the-invariants): the event is loaded, counters equal held + paid
+/// rows level by level, the free pool is every seat no held or paid row holds, nothing pending,
+/// and every release in the database is in Redis too.
 fn counters_match(m: &SeatRush, s: &State) -> bool {
     let r = &s.redis.primary;
-    (0..m.caps().len()).all(|l| r.taken[l] as usize == s.db.holders(l as u8))
+    let held = s.db.rows.iter().flatten().filter(|row| row.holds_seat()).fold(0u16, |b, row| b | 1 << (row.slot - 1));
+    let all = (1u16 << m.bounds.seats) - 1;
+    r.loaded
+        && r.free == all & !held
+        && (0..m.caps().len()).all(|l| r.taken[l] as usize == s.db.holders(l as u8))
         && r.pending == 0
         && r.moves.iter().all(Option::is_none)
         && s.db.rows.iter().zip(&r.records).all(|(row, rec)| match (row, rec) {

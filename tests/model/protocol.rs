@@ -35,6 +35,17 @@ pub struct Bounds {
     pub heals: u8,
     /// Operator moves of a booking to the other level (issue 33).
     pub moves: u8,
+    /// Failovers that leave the old primary running with one serve still connected to it.
+    pub splits: u8,
+    /// Redis wiped whole (a primary restarted empty), rebuilt by `open`'s path from the database.
+    pub wipes: u8,
+    /// A heal job may start with no evidence: the sweep of every open event every 15 s (else
+    /// only evidence starts one).
+    pub sweep: bool,
+    /// `drain` runs only the heals evidence asks for (the heal loop's one-second check), not the
+    /// sweep it otherwise ends with once Redis lost acknowledged writes: for the switches that
+    /// take evidence away, whose loss only the sweep would repair, 15 s later.
+    pub evidence_only: bool,
     /// Per-level seat numbering: level `l` owns seats `base + 1 ..= base + caps[l]`, the blocks
     /// one after another (docs/design.md#seat-numbering); `seats` should be the caps' sum.
     pub per_level: bool,
@@ -82,6 +93,24 @@ pub struct Switches {
     /// admit.lua without the per-level blocks (`base:LEVEL` ignored): a level takes the lowest
     /// free seat of the whole event, in another level's room.
     pub admit_ignores_blocks: bool,
+    /// The persister's mark does not ask for a heal when a fresh hold's pending entry is gone (a
+    /// hold that landed after a rebuild or a heal read the holders).
+    pub late_hold_no_heal: bool,
+    /// heal.lua before ebe94d6: a holder's record is written even while another record (an
+    /// admission in flight) holds its seat; that admission's undo then frees the holder's seat.
+    pub heal_writes_beside_in_flight: bool,
+    /// A script's or a gate's final refusal is answered without reading the code's row (before
+    /// issue 29's last pass): a retry whose record Redis lost is refused although it holds a seat.
+    pub refusal_not_checked: bool,
+    /// The heal loop does not watch the primary's replication id: a promotion, a rejoin or a
+    /// restart is no evidence, only the request path's refusals and the persister's mark are.
+    pub replid_not_watched: bool,
+    /// The heal without `heal_seats.lua`: a seat out of the pool that nobody holds stays out.
+    pub no_seat_repair: bool,
+    /// Not a bug restored but a fix the model proposes (off: the code on main): admit.lua's -4
+    /// to a retry-only attempt reads the code's row like the gate's own refusal does, instead of
+    /// answering the gate's `closed` unread (`Sale::script_refusal`'s `NotARetry` arm).
+    pub not_a_retry_reads_row: bool,
 }
 
 /// The checked system: its bounds and which of today's bugs are switched back on.
@@ -103,6 +132,8 @@ pub struct Spent {
     pub lag_syncs: u8,
     pub heals: u8,
     pub moves: u8,
+    pub splits: u8,
+    pub wipes: u8,
 }
 
 /// What the properties need to know about the past (never read by the protocol).
@@ -127,6 +158,10 @@ pub struct Ghost {
     pub lost_acked: bool,
     /// A move landed in the database.
     pub moved: bool,
+    /// A final refusal was answered to a nonce whose seat the code's row held at that moment.
+    pub refused_while_held: bool,
+    /// A heal or a rebuild gave Redis back what it had lost (for reachability).
+    pub healed: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -137,6 +172,9 @@ pub struct State {
     pub requests: Vec<Request>,
     pub jobs: Vec<Job>,
     pub closed: bool,
+    /// Evidence for a heal, not yet taken by one (`HealWanted`, and the heal loop's replication
+    /// id check): the heal loop takes it within a second.
+    pub heal_wanted: bool,
     pub spent: Spent,
     pub ghost: Ghost,
 }
@@ -198,6 +236,15 @@ pub enum Action {
     Move {
         client: u8,
     },
+    /// A failover that leaves the old primary running, `serve` still connected to it.
+    Split {
+        serve: u8,
+    },
+    /// The old primary rejoins as a replica: what it took after the split is gone; the serve that
+    /// was connected to it now reaches the new primary and sees its replication id.
+    Rejoin,
+    /// Redis loses the event whole (a primary without persistence restarts empty).
+    Wipe,
 }
 
 /// Admission ids: request `k` of client `c`.
@@ -251,6 +298,7 @@ impl Model for SeatRush {
             requests: Vec::new(),
             jobs: Vec::new(),
             closed: false,
+            heal_wanted: false,
             spent: Spent::default(),
             ghost: Ghost { told: vec![0; b.clients()], ..Ghost::default() },
         }]

@@ -41,11 +41,106 @@ pub struct Replicated {
     /// The second replica: behind the first, it receives writes only at a `LagSync`. `WAIT 1`
     /// never waits for it, so what it lacks may have been acknowledged.
     pub lagging: Redis,
+    /// An old primary that survived a failover (issue 29): one serve is still connected to it
+    /// and writes there until it notices; what it writes there is lost when it rejoins.
+    pub old: Option<OldPrimary>,
+}
+
+/// A primary Sentinel demoted that still runs and still answers one serve's connections.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct OldPrimary {
+    pub redis: Redis,
+    /// The serve whose connections (committer, release, shared) still reach it.
+    pub serve: u8,
+    /// The epoch those connections were opened in.
+    pub epoch: u8,
+    /// A `WAIT` there was acknowledged (by a replica that had not yet followed the new primary):
+    /// an acknowledged write that the rejoin loses.
+    pub acked: bool,
 }
 
 impl Replicated {
     pub fn new(redis: Redis) -> Self {
-        Replicated { primary: redis.clone(), replica: redis.clone(), backlog: Vec::new(), epoch: 0, lagging: redis }
+        Replicated {
+            primary: redis.clone(),
+            replica: redis.clone(),
+            backlog: Vec::new(),
+            epoch: 0,
+            lagging: redis,
+            old: None,
+        }
+    }
+
+    /// The Redis a serve's connections reach: the old primary while it is still connected there.
+    pub fn side(&self, serve: u8) -> &Redis {
+        match &self.old {
+            Some(old) if old.serve == serve => &old.redis,
+            _ => &self.primary,
+        }
+    }
+
+    /// The epoch of the primary a serve's connections reach (a `WAIT` from another epoch errors).
+    pub fn epoch_of(&self, serve: u8) -> u8 {
+        match &self.old {
+            Some(old) if old.serve == serve => old.epoch,
+            _ => self.epoch,
+        }
+    }
+
+    /// [`Replicated::run`] from a serve: on the old primary while that serve is still connected
+    /// to it (nothing of it reaches the stream the new primary feeds).
+    pub fn run_at(
+        &mut self,
+        serve: u8,
+        caps: &[u8],
+        call: Call,
+        conn: Option<Conn>,
+        touches: bool,
+    ) -> (Option<AdmitReply>, bool) {
+        match &mut self.old {
+            Some(old) if old.serve == serve => {
+                let (reply, changed, _) = old.redis.apply(caps, call);
+                (reply, changed)
+            }
+            _ => self.run(caps, call, conn, touches),
+        }
+    }
+
+    /// An acknowledged `WAIT` from a serve. On the old primary the replica that answered is one
+    /// that will follow the new primary and drop what it got from the old one.
+    pub fn acknowledge_at(&mut self, serve: u8, caps: &[u8], conn: Conn) {
+        match &mut self.old {
+            Some(old) if old.serve == serve => old.acked = true,
+            _ => self.acknowledge(caps, conn),
+        }
+    }
+
+    /// A failover that leaves the old primary running, and `serve` connected to it: the replica
+    /// (caught up: a failover that also loses writes is `failover`'s) becomes the primary, every
+    /// other serve's connections break.
+    pub fn split(&mut self, caps: &[u8], serve: u8) {
+        self.replicate_all(caps);
+        self.old = Some(OldPrimary { redis: self.primary.clone(), serve, epoch: self.epoch, acked: false });
+        self.primary = self.replica.clone();
+        self.epoch += 1;
+    }
+
+    /// The old primary rejoins as a replica of the new one (or its serve reconnected and nobody
+    /// reads it again): everything written there is gone. True when a write there had been
+    /// acknowledged.
+    pub fn rejoin(&mut self) -> bool {
+        self.old.take().is_some_and(|old| old.acked)
+    }
+
+    /// Redis lost the event whole: a primary without persistence restarted empty, and its
+    /// replicas synced from it. Every connection breaks.
+    pub fn wipe(&mut self) {
+        self.primary = self.primary.wiped();
+        self.replica = self.primary.clone();
+        self.lagging = self.primary.clone();
+        self.backlog.clear();
+        self.old = None;
+        self.epoch += 1;
     }
 
     /// Runs a call on the primary and puts what it wrote into the stream. `touches: false` drops

@@ -44,6 +44,9 @@ pub struct Redis {
     /// `{ev:ID}:meta`'s state is "closed" (the window's other ends, `opens_at` and `closes_at`,
     /// take the same branch of admit.lua and are left out with time).
     pub closed: bool,
+    /// `{ev:ID}:meta` has a state: false once Redis lost the event whole (a wipe), until `open`'s
+    /// rebuild switches it back in. admit.lua answers -7 then.
+    pub loaded: bool,
     /// Per-level seat numbering: the `base:LEVEL` fields of `{ev:ID}:meta`, by level; level `l`
     /// takes only seats `bases[l] + 1 ..= bases[l] + cap`. Empty: event-wide numbering.
     pub bases: Vec<u8>,
@@ -77,6 +80,8 @@ pub enum AdmitReply {
     NotARetry,
     /// -6: a fresh admission while the event's state in Redis is closed.
     Closed,
+    /// -7: the event has no state in Redis (a wipe): `503 retry`, and evidence for the heal.
+    NotLoaded,
     /// `ERR unknown level`
     UnknownLevel,
 }
@@ -112,10 +117,24 @@ pub enum Call {
         aid: u8,
     },
     /// heal.lua for one holder Redis lost: only if the code has no record, its record, count
-    /// and seat come back.
+    /// and seat come back. `beside: true` only with the `heal_writes_beside_in_flight` switch
+    /// (heal.lua before ebe94d6): the record is written even while another record holds its seat.
     HealAdd {
         code: u8,
         record: Record,
+        beside: bool,
+    },
+    /// heal_seats.lua for one seat the heal found out of the pool and unheld: back to the pool
+    /// only if it is still out and no record holds it now.
+    HealSeats {
+        seat: u8,
+    },
+    /// switch.lua in rebuild mode (`open` on an event Redis lost whole): only while the event is
+    /// still not loaded, install the database's holders read earlier as records, counts and the
+    /// pool of every other seat, with nothing pending.
+    Rebuild {
+        holders: [Option<Record>; 4],
+        seats: u8,
     },
     /// move.lua: the booking of (nonce, aid), persisted, takes a seat in `level` and keeps its
     /// old one until the move is settled.
@@ -158,7 +177,24 @@ impl Redis {
             pending: 0,
             moves: vec![None; codes],
             closed: false,
+            loaded: true,
             bases: Vec::new(),
+        }
+    }
+
+    /// Redis lost the event whole (a primary restarted empty, and its replicas synced from it):
+    /// no keys at all. The seat numbering (`bases`) is the catalog's and comes back with the
+    /// rebuild; nothing reads it while the event is not loaded.
+    pub fn wiped(&self) -> Self {
+        Redis {
+            records: vec![None; self.records.len()],
+            taken: vec![0; self.taken.len()],
+            free: 0,
+            pending: 0,
+            moves: vec![None; self.moves.len()],
+            closed: false,
+            loaded: false,
+            bases: self.bases.clone(),
         }
     }
 
@@ -181,11 +217,11 @@ impl Redis {
                 let changed = self.persisted(code, nonce, aid);
                 (None, changed, if changed { Write::Changed } else { Write::Nothing })
             }
-            Call::HealAdd { code, record } => {
+            Call::HealAdd { code, record, beside } => {
                 // heal.lua leaves a holder whose seat another record holds (an admission in
                 // flight) to the next heal, so no two records ever share a seat.
                 let seat_free = self.free & (1 << (record.slot - 1)) != 0;
-                let seat_in_use = !seat_free && self.records.iter().flatten().any(|r| r.slot == record.slot);
+                let seat_in_use = !beside && !seat_free && self.records.iter().flatten().any(|r| r.slot == record.slot);
                 let changed = !seat_in_use && self.records[code as usize].is_none();
                 if changed {
                     self.records[code as usize] = Some(record);
@@ -193,6 +229,31 @@ impl Redis {
                     self.free &= !(1 << (record.slot - 1));
                 }
                 (None, changed, if changed { Write::Changed } else { Write::Nothing })
+            }
+            Call::HealSeats { seat } => {
+                let bit = 1 << (seat - 1);
+                let changed = self.free & bit == 0 && !self.records.iter().flatten().any(|r| r.slot == seat);
+                if changed {
+                    self.free |= bit;
+                }
+                (None, changed, if changed { Write::Changed } else { Write::Nothing })
+            }
+            Call::Rebuild { holders, seats } => {
+                if self.loaded {
+                    return (None, false, Write::Nothing);
+                }
+                self.loaded = true;
+                self.pending = 0;
+                self.free = (1u16 << seats) - 1;
+                self.taken.iter_mut().for_each(|t| *t = 0);
+                for (c, holder) in holders.iter().enumerate().take(self.records.len()) {
+                    self.records[c] = *holder;
+                    if let Some(h) = holder {
+                        self.taken[h.level as usize] += 1;
+                        self.free &= !(1 << (h.slot - 1));
+                    }
+                }
+                (None, true, Write::Changed)
             }
             Call::Move { code, nonce, aid, level, mid } => {
                 let changed = self.move_booking(caps, code, nonce, aid, level, mid);
@@ -300,16 +361,16 @@ impl Redis {
             if retry_only {
                 return (AdmitReply::NotARetry, Write::Nothing);
             }
-            if window && self.closed {
-                return (AdmitReply::Closed, Write::Nothing);
+            if let Some(refusal) = self.outside_window(window) {
+                return (refusal, Write::Nothing);
             }
             return (AdmitReply::AlreadyAdmitted, Write::Nothing);
         }
         if retry_only {
             return (AdmitReply::NotARetry, Write::Nothing);
         }
-        if window && self.closed {
-            return (AdmitReply::Closed, Write::Nothing);
+        if let Some(refusal) = self.outside_window(window) {
+            return (refusal, Write::Nothing);
         }
         let Some(&cap) = caps.get(level as usize) else { return (AdmitReply::UnknownLevel, Write::Nothing) };
         if self.taken[level as usize] >= cap {
@@ -330,6 +391,18 @@ impl Redis {
         self.records[code as usize] = Some(record);
         self.pending |= 1 << code;
         (AdmitReply::Admitted(record), Write::Changed)
+    }
+
+    /// admit.lua's window, by the event's state in Redis: not loaded -7 (whatever the switch
+    /// `window_not_in_script` says: without a state there is no event), closed -6.
+    fn outside_window(&self, window: bool) -> Option<AdmitReply> {
+        if !self.loaded {
+            Some(AdmitReply::NotLoaded)
+        } else if window && self.closed {
+            Some(AdmitReply::Closed)
+        } else {
+            None
+        }
     }
 
     /// undo.lua: only the record of this nonce and admission id, and only while pending.

@@ -1,7 +1,7 @@
 //! The bodies of `Model::actions` and `Model::next_state`: which steps are enabled in a state,
 //! and what each does. Each request and job step maps to one call in the real code (MODEL.md).
 
-use crate::actors::{Answer, Job, JobKind, PassKind, Pc, RedisView, Request, Task};
+use crate::actors::{Answer, Job, JobKind, PassKind, Pc, Request, Task};
 use crate::arbiter::{ClaimOutcome, HoldOutcome, MoveOutcome, RowState};
 use crate::protocol::{admission_id, bit, Action, SeatRush, State};
 use crate::replication::Conn;
@@ -45,7 +45,7 @@ pub fn enabled(m: &SeatRush, s: &State, out: &mut Vec<Action>) {
     }
     for r in &s.requests {
         if let Pc::Wait { epoch, .. } = r.pc {
-            if epoch == s.redis.epoch {
+            if epoch == s.redis.epoch_of(r.serve) {
                 out.push(Action::Step { request: r.id, acked: true });
             }
         }
@@ -54,19 +54,22 @@ pub fn enabled(m: &SeatRush, s: &State, out: &mut Vec<Action>) {
     let passes = s.jobs.iter().filter(|j| matches!(j.kind, JobKind::Pass(_))).count();
     for serve in (0..b.serves).filter(|_| passes < b.passes_at_once as usize) {
         let busy = s.jobs.iter().any(|j| j.serve == serve && matches!(j.kind, JobKind::Pass(_)));
-        if !busy && next_stage(s, None).is_some() {
+        if !busy && next_stage(s, serve, None).is_some() {
             out.push(Action::StartPass { serve });
         }
     }
     for (j, job) in s.jobs.iter().enumerate() {
         if let Task::ReleaseWait { epoch, .. } | Task::MoveWait { epoch, .. } = job.tasks[0] {
-            if epoch == s.redis.epoch {
+            if epoch == s.redis.epoch_of(job.serve) {
                 out.push(Action::JobStep { job: j as u8, acked: true });
             }
         }
         out.push(Action::JobStep { job: j as u8, acked: false });
     }
-    if s.spent.failovers < b.failovers {
+    // One promotion at a time: the other kinds of failover are not combined with an old primary
+    // still running.
+    let old = s.redis.old.is_some();
+    if s.spent.failovers < b.failovers && !old {
         for received in 0..=s.redis.backlog.len() as u8 {
             out.push(Action::Failover { received });
         }
@@ -81,15 +84,30 @@ pub fn enabled(m: &SeatRush, s: &State, out: &mut Vec<Action>) {
     if s.spent.closes < b.closes {
         out.push(Action::Close);
     }
-    if s.spent.rack_failovers < b.rack_failovers {
+    if s.spent.rack_failovers < b.rack_failovers && !old {
         if s.spent.lag_syncs < b.lag_syncs {
             out.push(Action::LagSync);
         }
         out.push(Action::RackFailover);
     }
-    // One heal at a time (the operator lock); it answers a loss, so it starts after one.
-    if s.ghost.lost_acked && s.spent.heals < b.heals && !s.jobs.iter().any(|j| j.kind == JobKind::Heal) {
-        out.push(Action::StartHeal { serve: 0 });
+    if s.spent.splits < b.splits && !old {
+        for serve in 0..b.serves {
+            out.push(Action::Split { serve });
+        }
+    }
+    if old {
+        out.push(Action::Rejoin);
+    }
+    if s.spent.wipes < b.wipes {
+        out.push(Action::Wipe);
+    }
+    // One heal at a time (the operator lock: a serve that finds it taken keeps its evidence and
+    // asks again), started by evidence. Which serve heals matters only while one of them still
+    // reaches an old primary.
+    if (s.heal_wanted || b.sweep) && s.spent.heals < b.heals && !s.jobs.iter().any(|j| j.kind == JobKind::Heal) {
+        for serve in 0..if old { b.serves } else { 1 } {
+            out.push(Action::StartHeal { serve });
+        }
     }
 }
 
@@ -101,6 +119,12 @@ pub fn apply(m: &SeatRush, s: &mut State, action: Action) {
     if s.spent.failovers >= m.bounds.failovers {
         s.redis.replicate_all(m.caps());
     }
+    // Before Redis lost anything a heal finds nothing to repair (it is idempotent: a heal of a
+    // healthy event only reads), so evidence then is dropped, which keeps such states one state
+    // and keeps a heal from hiding what a bug switch breaks. The sweep world explores it.
+    if !s.ghost.lost_acked && !m.bounds.sweep {
+        s.heal_wanted = false;
+    }
 }
 
 fn step(m: &SeatRush, s: &mut State, action: Action) {
@@ -111,7 +135,7 @@ fn step(m: &SeatRush, s: &mut State, action: Action) {
             request_step(m, s, i, acked);
         }
         Action::StartPass { serve } => {
-            let (stage, tasks) = next_stage(s, None).expect("enabled only with work to do");
+            let (stage, tasks) = next_stage(s, serve, None).expect("enabled only with work to do");
             s.jobs.push(Job { serve, kind: JobKind::Pass(stage), tasks });
         }
         Action::JobStep { job, acked } => job_step(m, s, job as usize, acked),
@@ -134,6 +158,14 @@ fn step(m: &SeatRush, s: &mut State, action: Action) {
         }
         Action::Crash { serve } => {
             s.spent.crashes += 1;
+            // Restarted, the serve reaches the new primary, and its first check sweeps every
+            // open event (it has no replication id to compare with). Other crashes are not
+            // evidence in the model: the sweeps are left out (MODEL.md), so that the guards a
+            // crash tests are checked without a heal behind them.
+            if s.redis.old.as_ref().is_some_and(|o| o.serve == serve) {
+                s.ghost.lost_acked |= s.redis.rejoin();
+                s.heal_wanted = true;
+            }
             s.requests.retain(|r| r.serve != serve);
             s.jobs.retain(|j| j.serve != serve);
             s.redis.forget_connections(serve);
@@ -155,9 +187,27 @@ fn step(m: &SeatRush, s: &mut State, action: Action) {
             s.spent.rack_failovers += 1;
             s.ghost.lost_acked |= s.redis.lagging != s.redis.primary;
             s.redis.rack_failover();
+            s.heal_wanted |= !m.switches.replid_not_watched;
+        }
+        Action::Split { serve } => {
+            s.spent.splits += 1;
+            s.redis.split(m.caps(), serve);
+            // The other serves see the new primary's replication id.
+            s.heal_wanted |= !m.switches.replid_not_watched;
+        }
+        Action::Rejoin => {
+            s.ghost.lost_acked |= s.redis.rejoin();
+            s.heal_wanted |= !m.switches.replid_not_watched;
+        }
+        Action::Wipe => {
+            s.spent.wipes += 1;
+            s.redis.wipe();
+            s.ghost.lost_acked = true;
+            s.heal_wanted |= !m.switches.replid_not_watched;
         }
         Action::StartHeal { serve } => {
             s.spent.heals += 1;
+            s.heal_wanted = false;
             s.jobs.push(Job { serve, kind: JobKind::Heal, tasks: vec![Task::HealReadRedis] });
         }
         Action::Move { client } => {
@@ -200,10 +250,15 @@ fn book(m: &SeatRush, s: &mut State, c: u8, fresh: bool, stale: bool) {
         retry_only: gate_closed,
         pc: Pc::Admit,
     };
-    let retry_of_record = s.redis.primary.records[c as usize].is_some_and(|r| r.nonce == nonce);
+    let retry_of_record = s.redis.side(request.serve).records[c as usize].is_some_and(|r| r.nonce == nonce);
     s.requests.push(request);
     if gate_closed && !retry_of_record {
-        finish(s, s.requests.len() - 1, Answer::Closed);
+        // The window's refusal is not final for an attempt whose seat the database holds.
+        if m.switches.refusal_not_checked {
+            finish(s, s.requests.len() - 1, Answer::Closed);
+        } else {
+            s.requests.last_mut().expect("pushed").pc = Pc::CheckRow { answer: Answer::Closed };
+        }
     }
 }
 
@@ -215,56 +270,94 @@ fn request_step(m: &SeatRush, s: &mut State, i: usize, acked: bool) {
             let window = !m.switches.window_not_in_script;
             let call =
                 Call::Admit { code, nonce: r.nonce, level: r.level, aid: r.id, retry_only: r.retry_only, window };
-            let (reply, _) = s.redis.run(m.caps(), call, Some(Conn::Committer(r.serve)), true);
-            match reply.expect("admit replies") {
+            let (reply, _) = s.redis.run_at(r.serve, m.caps(), call, Some(Conn::Committer(r.serve)), true);
+            // A final refusal reads the code's row first (Sale::script_refusal).
+            let refused = |answer: Answer| {
+                if m.switches.refusal_not_checked {
+                    None
+                } else {
+                    Some(Pc::CheckRow { answer })
+                }
+            };
+            let answer = match reply.expect("admit replies") {
                 AdmitReply::Admitted(adm) => {
                     if adm.aid == r.id {
                         s.ghost.born |= bit(r.id);
                         s.ghost.admitted_after_close |= s.closed;
                     }
-                    Pc::Wait { adm, epoch: s.redis.epoch }
+                    s.requests[i].pc = Pc::Wait { adm, epoch: s.redis.epoch_of(r.serve) };
+                    return;
                 }
-                AdmitReply::AlreadyAdmitted => return finish(s, i, Answer::AlreadyAdmitted),
-                AdmitReply::LevelFull => return finish(s, i, Answer::LevelFull),
-                AdmitReply::SoldOut => return finish(s, i, Answer::SoldOut),
-                AdmitReply::NotARetry | AdmitReply::Closed => return finish(s, i, Answer::Closed),
+                AdmitReply::AlreadyAdmitted => Answer::AlreadyAdmitted,
+                AdmitReply::LevelFull => Answer::LevelFull,
+                AdmitReply::SoldOut => Answer::SoldOut,
+                AdmitReply::Closed => Answer::Closed,
+                // The record changed between the gate's read and the script: the gate's refusal
+                // stands, unread (Sale::script_refusal's NotARetry arm).
+                AdmitReply::NotARetry if m.switches.not_a_retry_reads_row => Answer::Closed,
+                AdmitReply::NotARetry => return finish(s, i, Answer::Closed),
+                AdmitReply::NotLoaded => {
+                    s.heal_wanted = true;
+                    return finish(s, i, Answer::Retry);
+                }
                 AdmitReply::UnknownLevel => unreachable!("the shape gate refuses unknown levels"),
+            };
+            match refused(answer) {
+                Some(pc) => pc,
+                None => return finish(s, i, answer),
             }
         }
+        Pc::CheckRow { answer } => return check_row(s, i, answer),
         // The connection reached a primary that has since failed over: a Redis error, 503, and
         // the admission (if the new primary has it) stays pending for the reaper.
-        Pc::Wait { epoch, .. } if epoch != s.redis.epoch => return finish(s, i, Answer::Retry),
+        Pc::Wait { epoch, .. } if epoch != s.redis.epoch_of(r.serve) => return finish(s, i, Answer::Retry),
         Pc::Wait { adm, .. } if acked => {
-            s.redis.acknowledge(m.caps(), Conn::Committer(r.serve));
+            s.redis.acknowledge_at(r.serve, m.caps(), Conn::Committer(r.serve));
             Pc::Hold { adm }
         }
         Pc::Wait { adm, .. } => settle(m, adm, false, Answer::Retry),
         Pc::Hold { adm } => match s.db.hold(m.caps(), m.bounds.seats, code, adm) {
-            HoldOutcome::Held => Pc::Persist { adm, answer: Answer::Admitted(adm.aid) },
+            HoldOutcome::Held => Pc::Persist { adm, answer: Answer::Admitted(adm.aid), fresh: true },
             // Never a 201 whose payment window has already run out.
-            HoldOutcome::AlreadyHeld { expired: true } => Pc::Persist { adm, answer: Answer::Retry },
-            HoldOutcome::AlreadyHeld { expired: false } => Pc::Persist { adm, answer: Answer::Admitted(adm.aid) },
+            HoldOutcome::AlreadyHeld { expired: true } => Pc::Persist { adm, answer: Answer::Retry, fresh: false },
+            HoldOutcome::AlreadyHeld { expired: false } => {
+                Pc::Persist { adm, answer: Answer::Admitted(adm.aid), fresh: false }
+            }
             HoldOutcome::SameNonceHolds(row) => {
                 let ran_out = row.state == RowState::Held && row.expired;
                 settle(m, adm, false, if ran_out { Answer::Retry } else { Answer::Admitted(row.aid) })
             }
             // The row says released for this admission, so its undo is safe.
             HoldOutcome::ReaperWon => Pc::Undo { adm, seat_held: false, answer: Answer::Retry },
-            HoldOutcome::CodeHasSeat => settle(m, adm, false, Answer::AlreadyAdmitted),
+            // Redis handed out a code or a seat the database holds: it lost their holder.
+            HoldOutcome::CodeHasSeat => {
+                s.heal_wanted = true;
+                settle(m, adm, false, Answer::AlreadyAdmitted)
+            }
             HoldOutcome::LevelFull => settle(m, adm, false, Answer::LevelFull),
             HoldOutcome::SoldOut => settle(m, adm, false, Answer::SoldOut),
-            HoldOutcome::SeatTaken => settle(m, adm, true, Answer::Retry),
+            HoldOutcome::SeatTaken => {
+                s.heal_wanted = true;
+                settle(m, adm, true, Answer::Retry)
+            }
         },
-        Pc::Persist { adm, answer } => {
-            s.redis.run(m.caps(), Call::Persisted { code, nonce: adm.nonce, aid: adm.aid }, None, true);
+        Pc::Persist { adm, answer, fresh } => {
+            let call = Call::Persisted { code, nonce: adm.nonce, aid: adm.aid };
+            let (_, dropped) = s.redis.run_at(r.serve, m.caps(), call, None, true);
+            // A fresh hold is still pending: an entry that is gone was lost with Redis's data
+            // (a hold that landed after a rebuild or a heal read the holders).
+            if fresh && !dropped && !m.switches.late_hold_no_heal {
+                s.heal_wanted = true;
+            }
             return finish(s, i, answer);
         }
         Pc::Settle { adm, seat_held, answer } => match s.db.claim_released(code, adm, m.arbiter()) {
             ClaimOutcome::Released | ClaimOutcome::OtherHolds => Pc::Undo { adm, seat_held, answer },
-            ClaimOutcome::Persisted => Pc::Persist { adm, answer },
+            ClaimOutcome::Persisted => Pc::Persist { adm, answer, fresh: false },
         },
         Pc::Undo { adm, seat_held, answer } => {
-            s.redis.run(m.caps(), Call::Undo { code, nonce: adm.nonce, aid: adm.aid, seat_held }, None, true);
+            let call = Call::Undo { code, nonce: adm.nonce, aid: adm.aid, seat_held };
+            s.redis.run_at(r.serve, m.caps(), call, None, true);
             return finish(s, i, answer);
         }
     };
@@ -280,10 +373,38 @@ fn settle(m: &SeatRush, adm: Record, seat_held: bool, answer: Answer) -> Pc {
     }
 }
 
+/// A final refusal's read of the code's row (`Sale::script_refusal`; the gate's `closed`,
+/// `Sale::attempt_row`): a seat held for this nonce is the answer, as for any retry (unless its
+/// hold ran out), and Redis, which refused it, lost its record: evidence for the heal.
+fn check_row(s: &mut State, i: usize, answer: Answer) {
+    let r = s.requests[i];
+    let Some(row) = s.db.rows[r.client as usize].filter(|row| row.holds_seat()) else {
+        return finish(s, i, answer);
+    };
+    if row.nonce == r.nonce {
+        s.heal_wanted = true;
+        let ran_out = row.state == RowState::Held && row.expired;
+        return finish(s, i, if ran_out { Answer::Retry } else { Answer::Admitted(row.aid) });
+    }
+    let answer = match answer {
+        // Redis counted the level full or sold out for a code the database says holds a seat:
+        // it had no record for the code, so it lost it.
+        Answer::LevelFull | Answer::SoldOut => {
+            s.heal_wanted = true;
+            Answer::AlreadyAdmitted
+        }
+        other => other,
+    };
+    finish(s, i, answer)
+}
+
 /// The request answers: the client hears it if it still waits; the ghost remembers it.
 fn finish(s: &mut State, i: usize, answer: Answer) {
     let r = s.requests.remove(i);
     let code = r.client as usize;
+    if answer.is_refusal() && s.db.rows[code].is_some_and(|row| row.holds_seat() && row.nonce == r.nonce) {
+        s.ghost.refused_while_held = true;
+    }
     match answer {
         Answer::Admitted(aid) => {
             s.ghost.told[code] |= bit(aid);
@@ -293,7 +414,16 @@ fn finish(s: &mut State, i: usize, answer: Answer) {
             }
         }
         a if a.is_refusal() => {
-            s.ghost.refusals.push((r.client, r.nonce, s.ghost.born));
+            // After a loss, an admission whose database write is still to come may have lost its
+            // record, and a retry's read of the row can run before that write lands: the retry
+            // is refused although its seat is held a moment later (docs/design.md "Not built
+            // yet"). Such admissions are not held against this refusal.
+            let writing = s
+                .requests
+                .iter()
+                .filter(|q| s.ghost.lost_acked && matches!(q.pc, Pc::Wait { .. } | Pc::Hold { .. }))
+                .fold(0, |bits, q| bits | bit(q.id));
+            s.ghost.refusals.push((r.client, r.nonce, s.ghost.born & !writing));
             s.ghost.refusals.sort_unstable();
             s.ghost.refusals.dedup();
         }
@@ -305,32 +435,35 @@ fn finish(s: &mut State, i: usize, answer: Answer) {
 }
 
 /// The first stage after `after` whose list (read now) is not empty, with that list.
-fn next_stage(s: &State, after: Option<PassKind>) -> Option<(PassKind, Vec<Task>)> {
+fn next_stage(s: &State, serve: u8, after: Option<PassKind>) -> Option<(PassKind, Vec<Task>)> {
     [PassKind::Reap, PassKind::Expire, PassKind::Sync, PassKind::Moves]
         .into_iter()
         .filter(|&k| after.is_none_or(|a| k > a))
-        .map(|k| (k, pass_list(s, k)))
+        .map(|k| (k, pass_list(s, serve, k)))
         .find(|(_, tasks)| !tasks.is_empty())
 }
 
 /// A background stage reads its list now and works through it later.
-fn pass_list(s: &State, kind: PassKind) -> Vec<Task> {
+fn pass_list(s: &State, serve: u8, kind: PassKind) -> Vec<Task> {
     let rows = s.db.rows.iter().enumerate().filter_map(|(c, r)| r.map(|r| (c as u8, r)));
+    let redis = s.redis.side(serve);
     match kind {
         PassKind::Reap => (0..s.clients.len() as u8)
-            .filter(|&c| s.redis.primary.pending & (1 << c) != 0)
-            .filter_map(|c| s.redis.primary.records[c as usize].map(|adm| Task::ReapClaim { code: c, adm }))
+            .filter(|&c| redis.pending & (1 << c) != 0)
+            .filter_map(|c| redis.records[c as usize].map(|adm| Task::ReapClaim { code: c, adm }))
             .collect(),
         PassKind::Expire => rows
             .filter(|(_, r)| r.state == RowState::Held && r.expired)
             .map(|(code, r)| Task::Expire { code, aid: r.aid })
             .collect(),
+        // Not loaded: a rebuild may still install these rows' records (Sale::sync_releases_once).
+        PassKind::Sync if !redis.loaded => Vec::new(),
         PassKind::Sync => rows
             .filter(|(_, r)| r.state == RowState::Released && !r.synced)
             .map(|(code, r)| Task::ReleaseScript { code, adm: r.record() })
             .collect(),
         PassKind::Moves => (0..s.clients.len() as u8)
-            .filter_map(|c| s.redis.primary.moves[c as usize].map(|mk| Task::MoveGiveUp { code: c, mid: mk.mid }))
+            .filter_map(|c| redis.moves[c as usize].map(|mk| Task::MoveGiveUp { code: c, mid: mk.mid }))
             .collect(),
     }
 }
@@ -343,11 +476,12 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
             ClaimOutcome::Persisted => Some(Task::ReapPersisted { code, adm }),
         },
         Task::ReapUndo { code, adm } => {
-            s.redis.run(m.caps(), Call::Undo { code, nonce: adm.nonce, aid: adm.aid, seat_held: false }, None, true);
+            let call = Call::Undo { code, nonce: adm.nonce, aid: adm.aid, seat_held: false };
+            s.redis.run_at(serve, m.caps(), call, None, true);
             None
         }
         Task::ReapPersisted { code, adm } => {
-            s.redis.run(m.caps(), Call::Persisted { code, nonce: adm.nonce, aid: adm.aid }, None, true);
+            s.redis.run_at(serve, m.caps(), Call::Persisted { code, nonce: adm.nonce, aid: adm.aid }, None, true);
             None
         }
         Task::Expire { code, aid } => s.db.expire(code, aid).map(|row| {
@@ -358,21 +492,24 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
             s.ghost.released_legitimately |= bit(row.aid);
             Task::ReleaseScript { code, adm: row.record() }
         }),
+        // Not loaded: the row stays unsynced; a rebuild may still install its record
+        // (Sale::release_and_wait).
+        Task::ReleaseScript { .. } if !s.redis.side(serve).loaded => None,
         Task::ReleaseScript { code, adm } => {
             let call = Call::Release { code, nonce: adm.nonce, aid: adm.aid };
-            s.redis.run(m.caps(), call, Some(Conn::Release(serve)), !m.switches.release_without_write);
+            s.redis.run_at(serve, m.caps(), call, Some(Conn::Release(serve)), !m.switches.release_without_write);
             if m.switches.release_without_wait {
                 Some(Task::MarkSynced { code, aid: adm.aid })
             } else {
-                Some(Task::ReleaseWait { code, adm, epoch: s.redis.epoch })
+                Some(Task::ReleaseWait { code, adm, epoch: s.redis.epoch_of(serve) })
             }
         }
         // Acknowledged: the row is marked synced (conditional on the same admission, released) in
         // the same step; the gap between the two only delays the mark, like a short WAIT would.
         // Short, or the connection broke in a failover: the row stays unsynced for the next pass.
         Task::ReleaseWait { code, adm, epoch } => {
-            if acked && epoch == s.redis.epoch {
-                s.redis.acknowledge(m.caps(), Conn::Release(serve));
+            if acked && epoch == s.redis.epoch_of(serve) {
+                s.redis.acknowledge_at(serve, m.caps(), Conn::Release(serve));
                 s.db.mark_synced(code, adm.aid);
             }
             None
@@ -381,17 +518,14 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
             s.db.mark_synced(code, aid);
             None
         }
-        Task::HealReadRedis => Some(Task::HealReadDb { redis: redis_view(s) }),
-        Task::HealReadDb { redis } => Some(Task::HealFree { redis, db: db_view(s) }),
-        Task::HealFree { redis, db } => {
-            heal_free(m, s, &redis, &db);
-            Some(Task::HealAdd { redis, db })
-        }
-        Task::HealAdd { redis, db } => Some(Task::HealRecheck { restored: heal_add(m, s, &redis, &db) }),
-        Task::HealRecheck { restored } => {
-            heal_recheck(m, s, &restored);
-            None
-        }
+        task @ (Task::HealReadRedis
+        | Task::HealReadDb { .. }
+        | Task::HealFree { .. }
+        | Task::HealAdd { .. }
+        | Task::HealSeats { .. }
+        | Task::HealRecheck { .. }
+        | Task::RebuildRead
+        | Task::RebuildSwitch { .. }) => crate::heal::step(m, s, serve, task),
         Task::MoveScript { code, nonce, aid, level, .. } if m.switches.move_in_two_steps => {
             two_step_free(m, s, code, nonce, aid, level).then_some(Task::TwoStepTake { code, nonce, aid, level })
         }
@@ -400,17 +534,19 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
             None
         }
         Task::MoveScript { code, nonce, aid, level, mid } => {
-            let from = s.redis.primary.records[code as usize];
+            let from = s.redis.side(serve).records[code as usize];
             let call = Call::Move { code, nonce, aid, level, mid };
-            let (_, moved) = s.redis.run(m.caps(), call, Some(Conn::Release(serve)), true);
-            match (moved, from, s.redis.primary.records[code as usize]) {
-                (true, Some(from), Some(to)) => Some(Task::MoveWait { code, mid, from, to, epoch: s.redis.epoch }),
+            let (_, moved) = s.redis.run_at(serve, m.caps(), call, Some(Conn::Release(serve)), true);
+            match (moved, from, s.redis.side(serve).records[code as usize]) {
+                (true, Some(from), Some(to)) => {
+                    Some(Task::MoveWait { code, mid, from, to, epoch: s.redis.epoch_of(serve) })
+                }
                 _ => None,
             }
         }
         Task::MoveWait { code, mid, from, to, epoch } => {
-            if acked && epoch == s.redis.epoch {
-                s.redis.acknowledge(m.caps(), Conn::Release(serve));
+            if acked && epoch == s.redis.epoch_of(serve) {
+                s.redis.acknowledge_at(serve, m.caps(), Conn::Release(serve));
                 Some(Task::MoveDb { code, mid, from, to })
             } else {
                 Some(Task::MoveGiveUp { code, mid })
@@ -425,7 +561,7 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
         },
         Task::MoveGiveUp { code, mid } => Some(Task::MoveSettle { code, mid, done: s.db.claim_move(mid) }),
         Task::MoveSettle { code, mid, done } => {
-            s.redis.run(m.caps(), Call::MoveSettle { code, mid, done }, None, true);
+            s.redis.run_at(serve, m.caps(), Call::MoveSettle { code, mid, done }, None, true);
             None
         }
     };
@@ -436,7 +572,7 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
             job.tasks.remove(0);
             if job.tasks.is_empty() {
                 let next = match job.kind {
-                    JobKind::Pass(stage) => next_stage(s, Some(stage)),
+                    JobKind::Pass(stage) => next_stage(s, serve, Some(stage)),
                     JobKind::Cancel | JobKind::Heal | JobKind::Move => None,
                 };
                 match next {
@@ -448,81 +584,6 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
             }
         }
     }
-}
-
-/// The heal's first read: Redis's records and pending entries (src/sale/heal.rs reads Redis
-/// before the database).
-fn redis_view(s: &State) -> RedisView {
-    let mut view = RedisView { pending: s.redis.primary.pending, ..RedisView::default() };
-    for (c, r) in s.redis.primary.records.iter().enumerate() {
-        view.records[c] = *r;
-    }
-    view
-}
-
-/// The heal's second read: the database's holding rows, as records.
-fn db_view(s: &State) -> RedisView {
-    let mut view = RedisView::default();
-    for (c, row) in s.db.rows.iter().enumerate() {
-        view.records[c] = row.filter(|r| r.holds_seat()).map(|r| r.record());
-    }
-    view
-}
-
-/// A record Redis held, not pending when read, that the database did not hold.
-fn stale(redis: &RedisView, db: &RedisView, c: usize) -> Option<Record> {
-    redis.records[c].filter(|rec| redis.pending & (1 << c) == 0 && db.records[c].is_none_or(|h| h.aid != rec.aid))
-}
-
-/// release.lua for each stale record (guarded: it frees only that admission).
-fn heal_free(m: &SeatRush, s: &mut State, redis: &RedisView, db: &RedisView) {
-    if m.switches.no_heal {
-        return;
-    }
-    for c in 0..s.clients.len() {
-        if let Some(rec) = stale(redis, db, c) {
-            let call = Call::Release { code: c as u8, nonce: rec.nonce, aid: rec.aid };
-            s.redis.run(m.caps(), call, None, true);
-        }
-    }
-}
-
-/// heal.lua for each holder whose code had no record, or a stale one; returns those restored.
-fn heal_add(m: &SeatRush, s: &mut State, redis: &RedisView, db: &RedisView) -> RedisView {
-    let mut restored = RedisView::default();
-    if m.switches.no_heal {
-        return restored;
-    }
-    for c in 0..s.clients.len() {
-        let Some(holder) = db.records[c] else { continue };
-        if redis.records[c].is_some() && stale(redis, db, c).is_none() {
-            continue;
-        }
-        let (_, changed) = s.redis.run(m.caps(), Call::HealAdd { code: c as u8, record: holder }, None, true);
-        if changed {
-            restored.records[c] = Some(holder);
-        }
-    }
-    restored
-}
-
-/// A holder the database released after the heal read it: its release ran before heal.lua wrote.
-fn heal_recheck(m: &SeatRush, s: &mut State, restored: &RedisView) {
-    for c in 0..s.clients.len() {
-        let Some(h) = restored.records[c] else { continue };
-        if !s.db.rows[c].is_some_and(|r| r.aid == h.aid && r.holds_seat()) {
-            s.redis.run(m.caps(), Call::Release { code: c as u8, nonce: h.nonce, aid: h.aid }, None, true);
-        }
-    }
-}
-
-/// A whole heal with nothing in between: the periodic sweep, for `drain`.
-pub fn heal_now(m: &SeatRush, s: &mut State) {
-    let redis = redis_view(s);
-    let db = db_view(s);
-    heal_free(m, s, &redis, &db);
-    let restored = heal_add(m, s, &redis, &db);
-    heal_recheck(m, s, &restored);
 }
 
 /// `move_in_two_steps`, first step: with room in the new level (checked first, as an operator

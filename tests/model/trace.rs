@@ -64,7 +64,16 @@ fn redis(r: &Redis) -> String {
             })
         })
         .collect();
-    format!("taken {:?} [{}]", r.taken, records.join(", "))
+    let free: Vec<String> = (0..16).filter(|b| r.free & (1 << b) != 0).map(|b| (b + 1).to_string()).collect();
+    let moves: Vec<String> = r
+        .moves
+        .iter()
+        .enumerate()
+        .filter_map(|(c, m)| m.map(|m| format!("c{c}: move {} seat {} -> {}", m.mid, m.old_slot, m.new_slot)))
+        .collect();
+    let markers = if moves.is_empty() { String::new() } else { format!(" markers [{}]", moves.join(", ")) };
+    let state = if r.loaded { "" } else { " NOT LOADED" };
+    format!("taken {:?} [{}] free [{}]{markers}{state}", r.taken, records.join(", "), free.join(" "))
 }
 
 /// What Redis (primary, and how many writes the replica lacks) and the database hold.
@@ -82,10 +91,15 @@ fn summary(s: &State) -> String {
             })
         })
         .collect();
+    let old = match &s.redis.old {
+        Some(old) => format!(" | old primary (serve {}) {}", old.serve, redis(&old.redis)),
+        None => String::new(),
+    };
     format!(
-        "primary {} | replica lacks {} write(s) | db [{}]",
+        "primary {} | replica lacks {} write(s){old} | db [{}]{}",
         redis(&s.redis.primary),
         s.redis.backlog.len(),
-        rows.join(", ")
+        rows.join(", "),
+        if s.heal_wanted { " | heal wanted" } else { "" }
     )
 }
