@@ -98,7 +98,12 @@ fn heal_add(m: &SeatRush, s: &mut State, serve: u8, redis: &RedisView, db: &Redi
         if redis.records[c].is_some() && stale(redis, db, c).is_none() {
             continue;
         }
-        let call = Call::HealAdd { code: c as u8, record: holder, beside: m.switches.heal_writes_beside_in_flight };
+        let call = Call::HealAdd {
+            code: c as u8,
+            record: holder,
+            beside: m.switches.heal_writes_beside_in_flight,
+            ignore_moves: m.switches.heal_ignores_moves,
+        };
         let (_, changed) = s.redis.run_at(serve, m.caps(), call, None, true);
         if changed {
             restored.records[c] = Some(holder);
@@ -120,7 +125,13 @@ fn heal_seats(m: &SeatRush, s: &mut State, serve: u8, redis: &RedisView, db: &Re
     let accounted = redis.free | slots(redis) | slots(db);
     for seat in 1..=m.bounds.seats {
         if accounted & (1 << (seat - 1)) == 0 {
-            let (_, changed) = s.redis.run_at(serve, m.caps(), Call::HealSeats { seat }, None, true);
+            let (_, changed) = s.redis.run_at(
+                serve,
+                m.caps(),
+                Call::HealSeats { seat, ignore_moves: m.switches.heal_ignores_moves },
+                None,
+                true,
+            );
             s.ghost.healed |= changed;
         }
     }

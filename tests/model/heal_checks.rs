@@ -60,17 +60,11 @@ fn two_codes_with_rack_keep_every_property() {
     check_all(SeatRush::new(two_codes_with_rack(), Switches::default()), "two codes, rack");
 }
 
-/// With the fix the model proposes for `a_retry_refused_as_not_a_retry_is_not_read_against_the_row`.
 /// About 600,000 unique states, 81 s of a debug build: under `--ignored`.
 #[test]
 #[ignore]
 fn one_code_with_rack_and_close_keeps_every_property() {
-    check_all(SeatRush::new(one_code_with_rack_and_close(), fixed()), "one code, rack, close");
-}
-
-/// The switches off, and the fix the model proposes on.
-fn fixed() -> Switches {
-    Switches { not_a_retry_reads_row: true, ..Switches::default() }
+    check_all(SeatRush::new(one_code_with_rack_and_close(), Switches::default()), "one code, rack, close");
 }
 
 /// Without the heal, what an old primary acknowledged after the split (a release, an admission)
@@ -120,7 +114,8 @@ fn no_seat_repair_leaks_a_seat() {
 /// the database holds its seat.
 #[test]
 fn refusal_not_checked_refuses_a_held_retry() {
-    let model = SeatRush::new(one_code_with_rack_and_close(), Switches { refusal_not_checked: true, ..fixed() });
+    let model =
+        SeatRush::new(one_code_with_rack_and_close(), Switches { refusal_not_checked: true, ..Switches::default() });
     let found = find_counterexample(model, "refusal_not_checked");
     assert!(
         ["a client with a held row is never told a final refusal", "at quiescence no final refusal holds a seat"]
@@ -135,36 +130,32 @@ pub fn one_code_with_a_move_and_a_sweep() -> Bounds {
     Bounds { moves: 1, heals: 1, sweep: true, ..world(vec![0], vec![1], vec![1]) }
 }
 
-/// Waits for the fix of `a_heal_during_a_move_returns_the_moves_old_seat`, which also breaks
-/// "at quiescence Redis matches the database" here (MODEL.md, finding 6): 68,894 unique states.
+/// With heal.lua and heal_seats.lua reading the move markers (MODEL.md, finding 6, fixed).
 #[test]
-#[ignore]
 fn one_code_with_a_move_and_a_sweep_keeps_every_property() {
     check_all(SeatRush::new(one_code_with_a_move_and_a_sweep(), Switches::default()), "one code, a move, a sweep");
 }
 
-/// FOUND, with every fix on (a real bug of the code, reported to the lead): the heal's seat
-/// repair (`Sale::return_leaked_seats`, lua/heal_seats.lua) does not count a move's old seat,
-/// which stays out of the pool and counted in its level until move_settle.lua: a heal (the 15 s
-/// sweep of a healthy sale) between a move's database transaction and its settle returns that
-/// seat to the pool. Another admission may take it, and the settle's `ZADD` then puts a seat a
-/// record holds back in the pool (the database refuses the next taker: `SeatTaken`, a `503`).
-/// Flip to `check_all` once heal_seats.lua (and `Call::HealSeats`) count the `moves` markers.
+/// Finding 6 restored (`heal_ignores_moves`): the heal's seat repair does not count a move's old
+/// seat, which stays out of the pool and counted in its level until move_settle.lua: a heal (the
+/// 15 s sweep of a healthy sale) between a move's database transaction and its settle returns
+/// that seat to the pool. Another admission may take it, and the settle's `ZADD` then puts a seat
+/// a record holds back in the pool.
 #[test]
-fn a_heal_during_a_move_returns_the_moves_old_seat() {
-    let model = SeatRush::new(one_code_with_a_move_and_a_sweep(), Switches::default());
+fn heal_ignoring_moves_returns_the_moves_old_seat() {
+    let model =
+        SeatRush::new(one_code_with_a_move_and_a_sweep(), Switches { heal_ignores_moves: true, ..Switches::default() });
     assert_eq!(find_counterexample(model, "a heal during a move"), "no oversell in Redis");
 }
 
-/// FOUND, with every fix on (a real bug of the code, reported to the lead): a retry after `close`
-/// whose record carried its nonce when the gate looked (`Sale::admitted_with_nonce`) goes on as
-/// retry-only; if Redis loses the record before admit.lua runs (a rack failover between the two
-/// round trips), admit.lua answers -4 and `Sale::script_refusal`'s `NotARetry` arm answers the
-/// gate's `403 closed` without reading the row, which holds this nonce's seat. Flip once that
-/// arm reads the row as the gate's own refusal does (`Sale::attempt_row`).
+/// Finding 5 restored (`not_a_retry_unread`): a retry after `close` whose record carried its
+/// nonce when the gate looked goes on as retry-only; if Redis loses the record before admit.lua
+/// runs (a rack failover between the two round trips), admit.lua answers -4 and the gate's
+/// `403 closed` is answered without reading the row, which holds this nonce's seat.
 #[test]
-fn a_retry_refused_as_not_a_retry_is_not_read_against_the_row() {
-    let model = SeatRush::new(one_code_with_rack_and_close(), Switches::default());
+fn not_a_retry_unread_refuses_a_held_retry() {
+    let model =
+        SeatRush::new(one_code_with_rack_and_close(), Switches { not_a_retry_unread: true, ..Switches::default() });
     assert_eq!(
         find_counterexample(model, "not-a-retry unread"),
         "a client with a held row is never told a final refusal"

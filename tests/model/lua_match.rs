@@ -154,8 +154,9 @@ fn random_call(rng: &mut StdRng) -> Call {
             code,
             record: Record { nonce, aid, slot: rng.random_range(1..=SEATS_MAX), level: rng.random_range(0..LEVELS) },
             beside: false,
+            ignore_moves: false,
         },
-        _ => Call::HealSeats { seat: rng.random_range(1..=SEATS_MAX) },
+        _ => Call::HealSeats { seat: rng.random_range(1..=SEATS_MAX), ignore_moves: false },
     }
 }
 
@@ -298,12 +299,14 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
         Call::Persisted { code: c, nonce, aid } => {
             (PERSISTED, vec![&keys.adm, &keys.pending], vec![code(c), format!("n{nonce}"), format!("a{aid}")])
         }
-        Call::HealSeats { seat } => {
-            (HEAL_SEATS, vec![&keys.adm, &keys.free, &keys.lock], vec![LOCK_OWNER.into(), seat.to_string()])
-        }
+        Call::HealSeats { seat, .. } => (
+            HEAL_SEATS,
+            vec![&keys.adm, &keys.free, &keys.lock, &keys.moves],
+            vec![LOCK_OWNER.into(), seat.to_string()],
+        ),
         Call::HealAdd { code: c, record, .. } => (
             HEAL,
-            vec![&keys.adm, &keys.taken, &keys.free, &keys.lock],
+            vec![&keys.adm, &keys.taken, &keys.free, &keys.lock, &keys.moves],
             vec![LOCK_OWNER.into(), code(c), record_text(&record), level(record.level), record.slot.to_string()],
         ),
         Call::Move { code: c, nonce, aid, level: l, mid } => (

@@ -107,10 +107,12 @@ pub struct Switches {
     pub replid_not_watched: bool,
     /// The heal without `heal_seats.lua`: a seat out of the pool that nobody holds stays out.
     pub no_seat_repair: bool,
-    /// Not a bug restored but a fix the model proposes (off: the code on main): admit.lua's -4
-    /// to a retry-only attempt reads the code's row like the gate's own refusal does, instead of
-    /// answering the gate's `closed` unread (`Sale::script_refusal`'s `NotARetry` arm).
-    pub not_a_retry_reads_row: bool,
+    /// admit.lua's -4 to a retry-only attempt answered with the gate's `closed` unread
+    /// (`Sale::script_refusal`'s `NotARetry` arm before the model's finding 5 was fixed).
+    pub not_a_retry_unread: bool,
+    /// heal.lua and heal_seats.lua blind to move markers (before the model's finding 6 was
+    /// fixed): a move's old seat returned to the pool, a moving code's record put back.
+    pub heal_ignores_moves: bool,
 }
 
 /// The checked system: its bounds and which of today's bugs are switched back on.

@@ -123,11 +123,16 @@ pub enum Call {
         code: u8,
         record: Record,
         beside: bool,
+        /// Only with the `heal_ignores_moves` switch: written even while the code has a move in
+        /// flight (heal.lua before the model's finding 6 was fixed).
+        ignore_moves: bool,
     },
     /// heal_seats.lua for one seat the heal found out of the pool and unheld: back to the pool
     /// only if it is still out and no record holds it now.
     HealSeats {
         seat: u8,
+        /// Only with the `heal_ignores_moves` switch: a seat a move marker names is returned too.
+        ignore_moves: bool,
     },
     /// switch.lua in rebuild mode (`open` on an event Redis lost whole): only while the event is
     /// still not loaded, install the database's holders read earlier as records, counts and the
@@ -217,12 +222,14 @@ impl Redis {
                 let changed = self.persisted(code, nonce, aid);
                 (None, changed, if changed { Write::Changed } else { Write::Nothing })
             }
-            Call::HealAdd { code, record, beside } => {
+            Call::HealAdd { code, record, beside, ignore_moves } => {
                 // heal.lua leaves a holder whose seat another record holds (an admission in
                 // flight) to the next heal, so no two records ever share a seat.
                 let seat_free = self.free & (1 << (record.slot - 1)) != 0;
                 let seat_in_use = !beside && !seat_free && self.records.iter().flatten().any(|r| r.slot == record.slot);
-                let changed = !seat_in_use && self.records[code as usize].is_none();
+                // Nor a code with a move in flight: move_settle.lua decides from the record.
+                let moving = !ignore_moves && self.moves[code as usize].is_some();
+                let changed = !seat_in_use && !moving && self.records[code as usize].is_none();
                 if changed {
                     self.records[code as usize] = Some(record);
                     self.taken[record.level as usize] += 1;
@@ -230,9 +237,12 @@ impl Redis {
                 }
                 (None, changed, if changed { Write::Changed } else { Write::Nothing })
             }
-            Call::HealSeats { seat } => {
+            Call::HealSeats { seat, ignore_moves } => {
                 let bit = 1 << (seat - 1);
-                let changed = self.free & bit == 0 && !self.records.iter().flatten().any(|r| r.slot == seat);
+                // A seat a move marker names stays the move's until move_settle.lua.
+                let marked =
+                    !ignore_moves && self.moves.iter().flatten().any(|m| m.old_slot == seat || m.new_slot == seat);
+                let changed = self.free & bit == 0 && !marked && !self.records.iter().flatten().any(|r| r.slot == seat);
                 if changed {
                     self.free |= bit;
                 }

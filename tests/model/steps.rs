@@ -293,8 +293,8 @@ fn request_step(m: &SeatRush, s: &mut State, i: usize, acked: bool) {
                 AdmitReply::SoldOut => Answer::SoldOut,
                 AdmitReply::Closed => Answer::Closed,
                 // The record changed between the gate's read and the script: the gate's refusal
-                // stands, unread (Sale::script_refusal's NotARetry arm).
-                AdmitReply::NotARetry if m.switches.not_a_retry_reads_row => Answer::Closed,
+                // stands once the row is read (Sale::script_refusal's NotARetry arm).
+                AdmitReply::NotARetry if !m.switches.not_a_retry_unread => Answer::Closed,
                 AdmitReply::NotARetry => return finish(s, i, Answer::Closed),
                 AdmitReply::NotLoaded => {
                     s.heal_wanted = true;
