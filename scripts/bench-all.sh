@@ -72,3 +72,11 @@ scripts/admit-ceilings.sh "$OUT/admit-7180ad0.lua"
 
 echo; echo "## the embedded SQLite writer alone, by batch size: the database's share of serve's CPU (issue 10, target 3a)"
 "$L" bench sqlite-floor --batches 1,9,13,32,128 --out-dir "$OUT/sqlite-floor" 2>&1 | grep -a -v -E '^\S*\[2m|INFO|WARN'
+
+# The draw at the opening against first come, the same crowd (issue 31): seats won per tenth of
+# the window, and the window's cost.
+for backend in sqlite postgres; do
+  echo; echo "## fair-start on $backend (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
+  "$L" bench fair-start --backend "$backend" --out-dir "$OUT/fair-start-$backend" 2>&1 | grep -a -v -E '^\S*\[2m|INFO|WARN' \
+    || echo "## fair-start on $backend FAILED (see above)"
+done

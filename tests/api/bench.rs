@@ -92,3 +92,67 @@ async fn the_sqlite_floor_refuses_a_batch_of_zero() {
     let err = seatrush_lab::bench::sqlite_floor::run(&floor_args(&["--batches", "9,0"])).await.unwrap_err();
     assert!(err.to_string().contains("--batches"), "{err}");
 }
+
+fn fair_start_args(argv: &[&str]) -> seatrush_lab::bench::args::FairStartArgs {
+    let cli = Cli::parse_from([&["seatrush-lab", "bench", "fair-start"], argv].concat());
+    let Command::Bench(args) = cli.command else { unreachable!("parsed a bench command") };
+    let Some(seatrush_lab::bench::args::BenchCommand::FairStart(fair)) = args.command else {
+        unreachable!("parsed fair-start")
+    };
+    *fair
+}
+
+/// A small crowd, once through the draw and once first come: each run hands every seat to one
+/// candidate (the `201`s are the database's holders, one seat each), every candidate ends on a
+/// final answer, and in the draw every candidate's entry was ranked and the winners are the first
+/// by rank.
+async fn a_small_fair_start_run_gives_every_seat_once(backend: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().display().to_string();
+    let args = fair_start_args(&[
+        "--candidates",
+        "60",
+        "--seats",
+        "20",
+        "--window-s",
+        "1",
+        "--connections",
+        "8",
+        "--backend",
+        backend,
+        "--out-dir",
+        &out,
+    ]);
+    let cli = Cli::parse_from(["seatrush-lab", "bench"]);
+    let report = seatrush_lab::bench::fair_start::run(&cli.connections, &args).await.unwrap();
+    assert!(dir.path().join("fair-start.json").exists());
+    for (name, run) in [("draw", &report.draw), ("first come", &report.first_come)] {
+        assert!(run.passed, "{name}: {run:?}");
+        assert!(run.winners_hold_the_seats && run.every_candidate_answered, "{name}: {run:?}");
+        assert_eq!(run.fairness.won, 20, "{name}");
+        assert_eq!(run.store.held_rows, 20, "{name}");
+        assert_eq!(run.outcomes.get("admitted"), Some(&20), "{name}: {:?}", run.outcomes);
+        assert_eq!(run.outcomes.values().sum::<u64>(), 60, "{name}: {:?}", run.outcomes);
+        assert_eq!(run.fairness.slices.iter().map(|s| s.arrivals).sum::<u64>(), 60, "{name}");
+    }
+    // A first press in the window is queued and asked again after it (one that a loaded machine
+    // sends after the window is first come, and is not an entry).
+    let entered = report.draw.entered;
+    assert!(entered > 0 && report.draw.answers.get("queued").copied().unwrap_or(0) >= entered, "{:?}", report.draw);
+    assert!(report.draw.requests >= 60 + entered && report.draw.queued_ms.is_some());
+    assert_eq!(report.draw.drawn_in_rank_order, Some(true));
+    assert_eq!(report.first_come.drawn_in_rank_order, None);
+    assert!(report.draw.draw.is_some(), "the draw was seen to start and finish");
+    // First come has no 202s: each first press was its answer unless the server said 503.
+    assert!(report.first_come.queued_ms.is_none(), "{:?}", report.first_come.answers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_fair_start_run_gives_every_seat_once_sqlite() {
+    a_small_fair_start_run_gives_every_seat_once("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_fair_start_run_gives_every_seat_once_postgres() {
+    a_small_fair_start_run_gives_every_seat_once("postgres").await;
+}

@@ -21,6 +21,41 @@ pub enum BenchCommand {
     CompareBackends(Box<CompareArgs>),
     /// The embedded SQLite writer alone, fed batches directly: its CPU, WAL frames and reads per booking at each batch size
     SqliteFloor(SqliteFloorArgs),
+    /// The draw at the opening against first come: the same crowd, arriving over the window, on an event with `fair_start_seconds` and on one without; seats won per arrival slice, and the window's cost
+    FairStart(Box<FairStartArgs>),
+}
+
+/// `bench fair-start`: two self-contained runs of one crowd.
+#[derive(Args, Debug, Clone)]
+pub struct FairStartArgs {
+    /// The self-contained servers' settings
+    #[command(flatten)]
+    pub server: ServeSettings,
+    /// Candidates, one registered code each, every one pressing once and then as the page does
+    #[arg(long, default_value_t = 2000)]
+    pub candidates: u64,
+    /// Seats of the event (far fewer than candidates, or every slice wins everything)
+    #[arg(long, default_value_t = 200)]
+    pub seats: i64,
+    /// The draw's window, `fair_start_seconds`; the crowd's first presses spread uniformly over
+    /// it in both runs
+    #[arg(long, default_value_t = 5)]
+    pub window_s: u64,
+    /// HTTP connections the crowd shares, each with one request in flight
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+    /// Seed of the arrival times (the same crowd in both runs, and again with the same seed)
+    #[arg(long, default_value_t = 31)]
+    pub seed: u64,
+    /// Database of both runs
+    #[arg(long, value_enum, default_value_t = Backend::Sqlite)]
+    pub backend: Backend,
+    /// Where `--backend postgres` creates its databases
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    pub postgres_admin_url: String,
+    /// Where fair-start.json goes
+    #[arg(long, default_value = "bench-out")]
+    pub out_dir: PathBuf,
 }
 
 #[derive(Args, Debug, Clone)]

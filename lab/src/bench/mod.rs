@@ -1,11 +1,13 @@
-//! `seatrush-lab bench`: the load tool for the booking API, and `seatrush-lab bench strategies`, the
-//! contention comparison. Figures are printed and written to `--out-dir` (report.json and
-//! report.svg, or strategies.json); nothing here is a timed test.
+//! `seatrush-lab bench`: the load tool for the booking API, `seatrush-lab bench strategies`, the
+//! contention comparison, and `seatrush-lab bench fair-start`, the draw at the opening against
+//! first come. Figures are printed and written to `--out-dir` (report.json and report.svg,
+//! strategies.json, or fair-start.json); nothing here is a timed test.
 
 pub mod args;
 pub mod ceiling;
 pub mod client;
 pub mod driver;
+pub mod fair_start;
 pub mod report;
 pub mod slow;
 pub mod sqlite_floor;
@@ -31,6 +33,11 @@ pub async fn run(connections: &Connections, args: &BenchArgs) -> anyhow::Result<
         Some(BenchCommand::Strategies(s)) => strategies::run(s).await,
         Some(BenchCommand::CompareBackends(c)) => compare_backends(connections, c).await,
         Some(BenchCommand::SqliteFloor(f)) => sqlite_floor::run(f).await,
+        Some(BenchCommand::FairStart(f)) => {
+            let report = fair_start::run(connections, f).await?;
+            anyhow::ensure!(report.passed(), "the run's checks failed (see {})", f.out_dir.display());
+            Ok(())
+        }
         None => {
             let report = load(connections, &args.load).await?;
             anyhow::ensure!(report.checks.passed, "the run's checks failed (see {})", args.load.out_dir.display());

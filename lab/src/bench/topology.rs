@@ -70,9 +70,46 @@ pub fn bench_hashes(prefix: &str, count: u64) -> anyhow::Result<Vec<CodeHash>> {
         .collect()
 }
 
+/// What a self-contained topology needs besides its event.
+pub struct Setup<'a> {
+    pub server: &'a ServeSettings,
+    pub replicated: bool,
+    pub backend: Backend,
+    pub postgres_admin_url: &'a str,
+    /// The allowlist: `code_prefix` followed by a 7-digit number from 0, `codes` of them.
+    pub code_prefix: &'a str,
+    pub codes: u64,
+}
+
+impl<'a> Setup<'a> {
+    pub fn of(load: &'a LoadArgs) -> Self {
+        Self {
+            server: &load.server,
+            replicated: !load.no_replica,
+            backend: load.backend,
+            postgres_admin_url: &load.postgres_admin_url,
+            code_prefix: &load.code_prefix,
+            codes: load.codes,
+        }
+    }
+}
+
 impl Topology {
     pub async fn start(connections: &Connections, load: &LoadArgs) -> anyhow::Result<Self> {
-        let replicated = !load.no_replica;
+        let seats = load.seats.unwrap_or(load.codes as i64);
+        let spec = bench_spec(&load.event, seats, &load.levels)?;
+        Self::start_event(connections, &Setup::of(load), move || Ok(spec)).await
+    }
+
+    /// A topology whose event is made by `event` once Redis and the database are up, just before
+    /// it is applied and opened: an event with an `opens_at` a moment ahead gets that moment
+    /// whatever the start-up took.
+    pub async fn start_event(
+        connections: &Connections,
+        setup: &Setup<'_>,
+        event: impl FnOnce() -> anyhow::Result<EventSpec>,
+    ) -> anyhow::Result<Self> {
+        let replicated = setup.replicated;
         let (primary, replica) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             if replicated {
                 let (p, r) = RedisServer::start_pair()?;
@@ -83,24 +120,25 @@ impl Topology {
             }
         })
         .await??;
-        let database = match load.backend {
+        let database = match setup.backend {
             Backend::Sqlite => ScratchDb::sqlite("bench.db")?,
             Backend::Postgres => {
-                ScratchDb::postgres(&load.postgres_admin_url, "seatrush_bench").await.context("--postgres-admin-url")?
+                ScratchDb::postgres(setup.postgres_admin_url, "seatrush_bench").await.context("--postgres-admin-url")?
             }
         };
         let store = Store::connect(&database.url).await?;
-        let seats = load.seats.unwrap_or(load.codes as i64);
-        let spec = bench_spec(&load.event, seats, &load.levels)?;
+        let hashes = bench_hashes(setup.code_prefix, setup.codes)?;
+        let spec = event()?;
+        let seats = spec.total_seats;
         store.apply_event(&spec).await?;
-        store.import_allowlist(&spec.id, &bench_hashes(&load.code_prefix, load.codes)?).await?;
+        store.import_allowlist(&spec.id, &hashes).await?;
         let link = RedisLink::new(&primary.url())?;
         loader::open_event(&mut link.check().await?, &store, &spec.id).await?;
 
         let mut connections = connections.clone();
         connections.redis_url = primary.url();
         connections.database_url = database.url.clone();
-        let mut server = load.server.clone();
+        let mut server = setup.server.clone();
         if !replicated {
             server.wait_replicas = 0;
         }
