@@ -275,6 +275,9 @@ pub async fn status(connections: &Connections, event: &str, persist_timeout: &Pe
     for line in crate::ops::draw::status_lines(&store, &stored.spec).await? {
         println!("{line}");
     }
+    for line in crate::ops::waitlist::status_lines(&mut link.check().await?, &store, &stored.spec).await? {
+        println!("{line}");
+    }
     let audit = store.recent_audit(&id, AUDIT_SHOWN_MAX).await?;
     if !audit.is_empty() {
         println!("last {} operator actions (newest first):", audit.len());

@@ -143,6 +143,13 @@ impl Sale {
                 return;
             }
         };
+        // Recorded first, for the back office and the export: a booking row that holds this
+        // admission came from the waiting list. An offer that is settled instead leaves a row no
+        // booking holds.
+        if let Err(e) = self.store.record_offer(event, &offer).await {
+            tracing::warn!(%event, error = %e, "offer not recorded; left pending for the reaper");
+            return;
+        }
         let admission = offer.admission;
         for _ in 0..OFFER_ACK_TRIES_MAX {
             let call = AdmitCall {

@@ -61,6 +61,31 @@ async fn waiters_are_offered_freed_seats_in_the_order_they_joined(backend: Backe
     assert_eq!((last.status, last.body["position"].as_i64()), (202, Some(1)));
     assert_eq!(app.sale.drain(&app.event, Duration::from_secs(10)).await.unwrap(), 0);
     app.assert_invariants().await;
+    the_offers_are_in_the_export_and_the_status(&app, &waiters[0].0, &waiters[2].0).await;
+}
+
+/// The database recorded each offer (migration 0030): the export carries when the seat was offered
+/// and when its waiter joined, and `status` counts waiting and offered per level.
+async fn the_offers_are_in_the_export_and_the_status(app: &TestApp, offered: &str, waiting: &str) {
+    let hasher = seatrush::domain::code::CodeHasher::from_env();
+    let (csv, _) = seatrush::ops::export::export_csv(&app.store, &app.event, None, &hasher).await.unwrap();
+    let text = String::from_utf8(csv).unwrap();
+    let mut lines = text.trim_start_matches('\u{feff}').lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (offered_at, joined_at) = (header.len() - 2, header.len() - 1);
+    assert_eq!((header[offered_at], header[joined_at]), ("offered_at", "joined_waitlist_at"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let waiter = rows.iter().find(|r| r[0] == app.hash(offered).as_str()).expect("the waiter's booking");
+    assert!(!waiter[offered_at].is_empty() && !waiter[joined_at].is_empty(), "{waiter:?}");
+    assert!(waiter[joined_at] <= waiter[offered_at], "joined before it was offered: {waiter:?}");
+    let booked = rows.iter().find(|r| r[0] == app.hash("CODE-00001").as_str()).expect("a booking");
+    assert!(booked[offered_at].is_empty(), "a booking that was no offer: {booked:?}");
+    assert!(rows.iter().all(|r| r[0] != app.hash(waiting).as_str()), "a waiter has no booking row");
+    let mut conn = app.sale.link().check().await.unwrap();
+    let spec = app.store.event(&app.event).await.unwrap().spec;
+    let lines = seatrush::ops::waitlist::status_lines(&mut conn, &app.store, &spec).await.unwrap();
+    let a1: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(a1, ["A1", "1", "2", "2"], "waiting, offered, holding: {lines:?}");
 }
 
 #[tokio::test]
