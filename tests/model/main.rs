@@ -13,3 +13,4 @@ mod replication;
 mod scripts;
 mod steps;
 mod trace;
+mod waitlist;
