@@ -162,6 +162,7 @@ impl Sale {
             };
             match self.committer.admit(call).await {
                 Ok(Committed::Acked(acked)) => {
+                    self.crash.maybe(crate::fault_hooks::CrashPoint::AfterWait);
                     match self.persist(&view, acked).await {
                         Ok(_) => Stats::bump(&self.stats.offers_booked),
                         Err(refusal) => {

@@ -367,3 +367,57 @@ async fn an_offer_whose_maker_died_is_settled_by_the_reaper_and_passes_on() {
     assert_eq!(app.sale.drain(&app.event, Duration::from_secs(10)).await.unwrap(), 0);
     app.assert_invariants().await;
 }
+
+/// A real `serve` that makes an offer and is killed (SIGKILL, the `after_wait` crash point) while
+/// booking it: the offer is left pending, the reaper settles it, and that undo offers the seat
+/// to the next waiter, whom a live serve books.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "fault-hooks"), ignore = "needs SEATRUSH_CRASH_AT: run with --features fault-hooks")]
+async fn a_serve_killed_while_booking_an_offer_leaves_it_to_the_reaper_and_the_seat_passes_on() {
+    let app = spawn_app(AppOptions {
+        seats: 1,
+        levels: vec![("A1", 1)],
+        persist_timeout: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    let (w1, w2) = (nonce("w1"), nonce("w2"));
+    assert_eq!(app.wait("CODE-00002", "A1", &w1).await.status, 202);
+    assert_eq!(app.wait("CODE-00003", "A1", &w2).await.status, 202);
+    let logs = tempfile::tempdir().unwrap();
+    let env = [
+        ("SEATRUSH_REDIS_URL", app.primary.url()),
+        ("SEATRUSH_DATABASE_URL", app.db.url.clone()),
+        // Its own reaper must not settle the offer before this test's does.
+        ("SEATRUSH_PERSIST_TIMEOUT_MS", "60000".into()),
+        ("SEATRUSH_OPERATOR_TOKEN", OPERATOR_TOKEN.into()),
+        ("SEATRUSH_CRASH_AT", "after_wait".into()),
+        ("SEATRUSH_CRASH_PROBABILITY", "1".into()),
+        ("SEATRUSH_LOG", "warn".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let spec =
+        seatrush_lab::fleet::ServeSpec { bin: env!("CARGO_BIN_EXE_seatrush").into(), env, log_dir: logs.path().into() };
+    let fleet = seatrush_lab::fleet::Fleet::start(spec, 1).await.unwrap();
+    let url = format!("{}/api/events/{EVENT}/bookings/CODE-00001/cancel", fleet.urls()[0]);
+    // The answer may or may not arrive: the serve dies booking the offer its release made.
+    let _ = app.client.post(url).bearer_auth(OPERATOR_TOKEN).send().await;
+    let deadline = Instant::now() + OFFER_WAIT;
+    while fleet.report().killed == 0 {
+        assert!(Instant::now() < deadline, "the serve never reached its crash point");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let report = fleet.shutdown().await;
+    assert!(report.killed >= 1);
+    let first = app.store.booking(&app.event, &app.hash("CODE-00002")).await.unwrap();
+    assert!(first.is_none(), "killed before its database write: {first:?}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(app.sale.reap_once(&app.event).await.unwrap().released, 1, "the reaper settles the offer");
+    let second = poll_until_offered(&app, "CODE-00003", "A1", &w2).await;
+    assert_eq!(second.status, 201, "the seat passed to the next waiter: {:?}", second.body);
+    assert_eq!(app.sale.drain(&app.event, Duration::from_secs(10)).await.unwrap(), 0);
+    app.assert_invariants().await;
+}
