@@ -94,6 +94,10 @@ pub(crate) struct LevelAvailability {
     /// What the level can still admit: its cap less its admissions, at most the event's free seats.
     #[schema(example = 21)]
     pub remaining: i64,
+    /// Candidates on the level's waiting list (docs/design.md#the-waiting-list); a few who
+    /// booked meanwhile count until an offer skips them.
+    #[schema(example = 0, minimum = 0)]
+    pub waiting: i64,
     /// The level's display name, start and venue, when the event file gives any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionBody>,
@@ -185,29 +189,53 @@ pub(crate) fn rfc3339_millis(ms: i64) -> String {
 }
 
 /// Shared with the operator dashboard, so both pages count "remaining" the same way.
-pub(crate) fn level_availability(
-    view: &EventView,
-    free: i64,
-    taken: &HashMap<String, i64>,
-) -> BTreeMap<String, LevelAvailability> {
+pub(crate) fn level_availability(view: &EventView, counts: &Counts) -> BTreeMap<String, LevelAvailability> {
     view.levels
         .iter()
-        .map(|(level, cap)| {
-            let used = taken.get(level.as_str()).copied().unwrap_or(0);
+        .zip(&counts.waiting)
+        .map(|((level, cap), waiting)| {
+            let used = counts.taken.get(level.as_str()).copied().unwrap_or(0);
             let session = view.sessions.get(level).map(SessionBody::from);
-            (level.to_string(), LevelAvailability { cap: *cap, remaining: (cap - used).clamp(0, free), session })
+            let remaining = (cap - used).clamp(0, counts.free);
+            (level.to_string(), LevelAvailability { cap: *cap, remaining, waiting: *waiting, session })
         })
         .collect()
 }
 
-/// Free seats and per-level admissions, in one round trip.
-pub(crate) async fn counts(app: &AppState, view: &EventView) -> redis::RedisResult<(i64, HashMap<String, i64>)> {
+/// What Redis counts for one event.
+pub(crate) struct Counts {
+    pub free: i64,
+    /// Admissions per level.
+    pub taken: HashMap<String, i64>,
+    /// Waiters per level, in the order of the view's levels.
+    pub waiting: Vec<i64>,
+}
+
+/// Free seats, per-level admissions and waiters, in one round trip (a `ZLEXCOUNT` a level: the
+/// waiting list is one lexical range per level).
+pub(crate) async fn counts(app: &AppState, view: &EventView) -> redis::RedisResult<Counts> {
     let mut conn = app.sale.link().shared().await?;
-    let result = redis::pipe().zcard(&view.keys.free).hgetall(&view.keys.taken).query_async(&mut conn).await;
-    if let Err(e) = &result {
-        app.sale.link().report(e).await;
+    let mut pipe = redis::pipe();
+    pipe.zcard(&view.keys.free).hgetall(&view.keys.taken);
+    for level in view.levels.keys() {
+        pipe.cmd("ZLEXCOUNT").arg(&view.keys.waitq).arg(format!("[{level} ")).arg(format!("({level}!"));
     }
-    result
+    let result: redis::RedisResult<redis::Value> = pipe.query_async(&mut conn).await;
+    let values = match result {
+        Ok(redis::Value::Array(values)) if values.len() == 2 + view.levels.len() => values,
+        Ok(other) => {
+            return Err(redis::RedisError::from((redis::ErrorKind::Parse, "counts", format!("{other:?}"))));
+        }
+        Err(e) => {
+            app.sale.link().report(&e).await;
+            return Err(e);
+        }
+    };
+    let mut values = values.into_iter();
+    let free = redis::from_redis_value(values.next().expect("length checked"))?;
+    let taken = redis::from_redis_value(values.next().expect("length checked"))?;
+    let waiting = values.map(redis::from_redis_value).collect::<Result<_, _>>()?;
+    Ok(Counts { free, taken, waiting })
 }
 
 /// What Redis said about one event at one moment.
@@ -220,15 +248,16 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    fn new(view: &EventView, free: i64, taken: &HashMap<String, i64>) -> Self {
-        let levels = level_availability(view, free, taken);
+    fn new(view: &EventView, counts: &Counts) -> Self {
+        let free = counts.free;
+        let levels = level_availability(view, counts);
         let mut hash = Sha256::new();
         hash.update(format!(
             "{}|{}|{:?}|{:?}|{}",
             view.id, view.total_seats, view.opens_at_ms, view.closes_at_ms, free
         ));
         for (name, level) in &levels {
-            hash.update(format!("|{name}:{}:{}:{:?}", level.cap, level.remaining, level.session));
+            hash.update(format!("|{name}:{}:{}:{}:{:?}", level.cap, level.remaining, level.waiting, level.session));
         }
         let digest = hex::encode(&hash.finalize()[..12]);
         Self { taken_at: Instant::now(), free, levels, digest }
@@ -274,9 +303,9 @@ impl AvailabilityCache {
         if let Some(snapshot) = slot.current() {
             return Ok(snapshot);
         }
-        let (free, taken) = counts(app, view).await.map_err(|_| ApiError::Retry("redis unavailable"))?;
+        let counts = counts(app, view).await.map_err(|_| ApiError::Retry("redis unavailable"))?;
         Stats::bump(&app.sale.stats().availability_refreshes);
-        let snapshot = Arc::new(Snapshot::new(view, free, &taken));
+        let snapshot = Arc::new(Snapshot::new(view, &counts));
         *slot.latest.lock().expect("snapshot lock never poisoned") = Some(snapshot.clone());
         Ok(snapshot)
     }

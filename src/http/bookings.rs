@@ -12,6 +12,7 @@ use crate::sale::answer::AnswerStatus;
 use crate::sale::booking::{Booked, BookingRequest, Refusal};
 use crate::sale::catalog::EventView;
 use crate::sale::stats::Stats;
+use crate::sale::waitlist::Joined;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{Path, State};
@@ -134,9 +135,29 @@ pub(crate) async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    handle(&app, client, &event, &headers, body, Action::Book).await
+}
+
+/// What a request of a person's page asks for: the same edge (JSON only, the guess guard, the
+/// honeypot, the shape, the refusal limit), then the booking or the waiting list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Action {
+    Book,
+    /// `POST /api/events/{event}/waitlist` (docs/design.md#the-waiting-list).
+    Wait,
+}
+
+pub(super) async fn handle(
+    app: &AppState,
+    client: ClientAddr,
+    event: &str,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    action: Action,
+) -> Response {
     let started = Instant::now();
     let stats = app.sale.stats();
-    let result = if !is_json(&headers) {
+    let result = if !is_json(headers) {
         // Before anything else: a form post from another site must not reach even the honeypot.
         Err(ApiError::UnsupportedMediaType.into())
     } else if let Err(wait) = app.edge.guesses.check(client.0, started) {
@@ -146,7 +167,7 @@ pub(crate) async fn create(
             // Boxed: the booking's future holds every step down to the database write, and axum
             // moves the handler's future twice on its way into the task; now those moves copy a
             // pointer (callgrind: 1,400 fewer instructions of memcpy a booking).
-            Ok(body) => Box::pin(book(&app, &event, &body)).await,
+            Ok(body) => Box::pin(book(app, event, &body, action)).await,
             Err(rejection) => Err(unreadable_body(&rejection).into()),
         };
         if !matches!(result, Ok(Answer::Honeypot(_))) {
@@ -170,6 +191,7 @@ pub(crate) async fn create(
     };
     let answer = match &result {
         Ok(Answer::Booked(_)) => Some(AnswerStatus::Admitted),
+        Ok(Answer::Waiting { .. }) => Some(AnswerStatus::Waiting),
         Ok(Answer::Honeypot(_)) => None,
         Err(err) => Some(err.answer()),
     };
@@ -185,7 +207,7 @@ pub(crate) async fn create(
     }
     // The view shows a seat as the candidate reads it; cached, so this costs no Redis read.
     let view = match &result {
-        Ok(_) | Err(ApiError::Refused(Refusal::AlreadyAdmitted(Some(_)))) => match EventId::parse(&event) {
+        Ok(_) | Err(ApiError::Refused(Refusal::AlreadyAdmitted(Some(_)))) => match EventId::parse(event) {
             Ok(id) => app.sale.catalog().get(&id).await.ok().flatten(),
             Err(_) => None,
         },
@@ -193,6 +215,7 @@ pub(crate) async fn create(
     };
     match result {
         Ok(Answer::Booked(booked) | Answer::Honeypot(booked)) => created(&booked, view.as_deref()),
+        Ok(Answer::Waiting { level, position }) => waiting(level, position),
         Err(ApiError::Refused(Refusal::Queued(decides_at_ms))) => queued(decides_at_ms),
         Err(err) => err.into_response_for(view.as_deref()),
     }
@@ -210,6 +233,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 enum Answer {
     Booked(Booked),
     Honeypot(Booked),
+    Waiting { level: String, position: i64 },
 }
 
 /// A refusal, and whether it tells a guesser something about codes (`not_registered`, or a code
@@ -238,6 +262,25 @@ fn created(b: &Booked, view: Option<&EventView>) -> Response {
     (StatusCode::CREATED, Json(body)).into_response()
 }
 
+/// `202` of the waiting list.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct WaitingBody {
+    /// Always `waiting`.
+    #[schema(inline, example = "waiting")]
+    status: AnswerStatus,
+    /// The level this code waits for (its first join's, whatever a later request names).
+    #[schema(example = "B1")]
+    level: String,
+    /// 1 for the next to be offered a seat. Ask again with the same code and nonce for the
+    /// current one, or the seat (`201`) once one is offered.
+    #[schema(example = 3, minimum = 1)]
+    position: i64,
+}
+
+fn waiting(level: String, position: i64) -> Response {
+    (StatusCode::ACCEPTED, Json(WaitingBody { status: AnswerStatus::Waiting, level, position })).into_response()
+}
+
 fn queued(decides_at_ms: i64) -> Response {
     let body = QueuedBody { status: AnswerStatus::Queued, decides_at: rfc3339_ms(decides_at_ms) };
     (StatusCode::ACCEPTED, Json(body)).into_response()
@@ -254,7 +297,7 @@ fn unreadable_body(rejection: &BytesRejection) -> ApiError {
     }
 }
 
-async fn book(app: &AppState, event: &str, body: &[u8]) -> Result<Answer, Refused> {
+async fn book(app: &AppState, event: &str, body: &[u8], action: Action) -> Result<Answer, Refused> {
     let fields: Map<String, Value> = match serde_json::from_slice(body) {
         Ok(Value::Object(map)) => map,
         Ok(_) => return Err(ApiError::InvalidRequest("body must be a JSON object".into()).into()),
@@ -272,8 +315,15 @@ async fn book(app: &AppState, event: &str, body: &[u8]) -> Result<Answer, Refuse
         ApiError::InvalidRequest("nonce must be 8-64 characters of A-Z, a-z, 0-9, '_' and '-'".into())
     })?;
     let request = BookingRequest { event, code: app.hasher.hash(&code), level, nonce };
-    match app.sale.book(&request).await {
-        Ok(booked) => Ok(Answer::Booked(booked)),
+    let answer = match action {
+        Action::Book => app.sale.book(&request).await.map(Answer::Booked),
+        Action::Wait => app.sale.join_waitlist(&request).await.map(|joined| match joined {
+            Joined::Waiting { level, position } => Answer::Waiting { level, position },
+            Joined::Booked(booked) => Answer::Booked(booked),
+        }),
+    };
+    match answer {
+        Ok(answer) => Ok(answer),
         Err(refusal) => {
             let about_code = matches!(refusal, Refusal::NotRegistered);
             Err(Refused { error: refusal.into(), about_code })

@@ -218,9 +218,9 @@ async fn event_fill(app: &AppState, id: &EventId) -> Result<Option<EventFill>, A
         Err(crate::sale::booking::Refusal::UnknownEvent) => return Ok(None),
         Err(other) => return Err(other.into()),
     };
-    let (free, taken) = counts(app, &view).await.map_err(|e| unavailable("redis", &e))?;
+    let counts = counts(app, &view).await.map_err(|e| unavailable("redis", &e))?;
     let rows = app.sale.store().level_counts(id).await.map_err(|e| unavailable("database", &e))?;
-    let levels = level_availability(&view, free, &taken)
+    let levels = level_availability(&view, &counts)
         .into_iter()
         .map(|(name, level)| {
             let counted = rows.get(&name).cloned().unwrap_or_default();
@@ -240,7 +240,7 @@ async fn event_fill(app: &AppState, id: &EventId) -> Result<Option<EventFill>, A
         state: view.window(now_ms()).as_str(),
         total_seats: view.total_seats,
         seat_numbering: if view.seat_bases.is_empty() { "event-wide" } else { "per-level" },
-        remaining: free,
+        remaining: counts.free,
         levels,
     }))
 }

@@ -25,6 +25,7 @@ fn family_help(family: &str) -> Option<&'static str> {
         "answers_total" => "Booking answers by status (admitted counts first answers and same-nonce retries).",
         "honeypot_hits_total" => "Booking requests that filled the hidden website field (answered with a fake 201).",
         "undone_total" => "Admissions undone in Redis, by reason.",
+        "waitlist_offers_total" => "Freed seats given to a level's first waiter (made), and offers this process booked in the database (booked).",
         "reaper_total" => "Pending admissions the reaper handled, by outcome.",
         "holds_expired_total" => "Unpaid holds released when their payment window ended.",
         "paid_total" => "Bookings marked paid.",

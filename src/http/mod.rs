@@ -28,6 +28,7 @@ pub mod refusal_limit;
 pub mod server;
 pub(crate) mod sessions;
 pub mod support;
+pub(crate) mod waitlist;
 pub mod webhook;
 
 use crate::domain::code::CodeHasher;
@@ -164,6 +165,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(metrics::metrics))
         .routes(routes!(availability::availability))
         .routes(routes!(bookings::create).layer(DefaultBodyLimit::max(bookings::BOOKING_BODY_BYTES_MAX)))
+        .routes(routes!(waitlist::join).layer(DefaultBodyLimit::max(bookings::BOOKING_BODY_BYTES_MAX)))
         .routes(routes!(operator::pay))
         .routes(routes!(operator::cancel))
         .routes(routes!(operator::extend))

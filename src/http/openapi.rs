@@ -54,6 +54,10 @@ mod tests {
             statuses(&doc, bookings, "post"),
             set(&["201", "202", "400", "403", "404", "408", "409", "415", "429", "503"])
         );
+        assert_eq!(
+            statuses(&doc, "/api/events/{event}/waitlist", "post"),
+            set(&["201", "202", "400", "403", "404", "408", "409", "415", "429", "503"])
+        );
         assert_eq!(statuses(&doc, "/api/events/{event}", "get"), set(&["200", "304", "404", "503"]));
         // 400 too: the code in the path is normalised like a booking's and can fail to.
         for action in ["payment", "cancel"] {

@@ -275,6 +275,9 @@ pub async fn status(connections: &Connections, event: &str, persist_timeout: &Pe
     for line in crate::ops::draw::status_lines(&store, &stored.spec).await? {
         println!("{line}");
     }
+    for line in crate::ops::waitlist::status_lines(&mut link.check().await?, &store, &stored.spec).await? {
+        println!("{line}");
+    }
     let audit = store.recent_audit(&id, AUDIT_SHOWN_MAX).await?;
     if !audit.is_empty() {
         println!("last {} operator actions (newest first):", audit.len());
@@ -331,6 +334,7 @@ pub fn sale_settings(settings: &ServeSettings) -> SaleSettings {
             writers: settings.persist_writers,
         },
         persist_deadline: Duration::from_millis(settings.persist_deadline_ms),
+        waiters_max: settings.waitlist_max,
     }
 }
 
@@ -427,7 +431,14 @@ pub async fn serve_until(
         };
         (tokio::spawn(async move { sale.run_reaper(stop.cancelled_owned()).await }), healer, drawer)
     });
+    // Offers are booked whether or not this server runs the reaper: a test that drives the passes
+    // by hand still sees a freed seat reach its waiter.
+    let offers = {
+        let (sale, stop) = (app.sale.clone(), stop.clone());
+        tokio::spawn(async move { sale.run_offers(stop.cancelled_owned()).await })
+    };
     http::serve(listener, app, stop.cancelled_owned()).await?;
+    offers.await?;
     if let Some((reaper, healer, drawer)) = reaper {
         reaper.await?;
         healer.await?;

@@ -17,8 +17,19 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// seatrush's own columns, in this order, before the operator's.
-pub const EXPORT_COLUMNS: [&str; 9] =
-    ["code_hash", "level", "seat", "state", "admitted_at", "hold_until", "paid_at", "released_at", "payment_reference"];
+pub const EXPORT_COLUMNS: [&str; 11] = [
+    "code_hash",
+    "level",
+    "seat",
+    "state",
+    "admitted_at",
+    "hold_until",
+    "paid_at",
+    "released_at",
+    "payment_reference",
+    "offered_at",
+    "joined_waitlist_at",
+];
 
 /// What an export wrote, for its report.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -96,6 +107,8 @@ fn ours(row: &ExportRow, bases: &BTreeMap<LevelName, i64>) -> Vec<String> {
         time(row.paid_ms),
         time(row.released_ms),
         row.payment_reference.clone().unwrap_or_default(),
+        time(row.offered_ms),
+        time(row.joined_waitlist_ms),
     ]
 }
 

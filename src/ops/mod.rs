@@ -15,5 +15,6 @@ pub mod live_change;
 pub mod loader;
 pub mod reconcile;
 pub mod settings;
+pub mod waitlist;
 
 pub use commands::*;

@@ -107,6 +107,10 @@ pub struct ServeSettings {
     /// How long the request path waits for its database write before answering 503 retry, in milliseconds
     #[arg(long, env = "SEATRUSH_PERSIST_DEADLINE_MS", default_value_t = 2_000, value_parser = value_parser!(u64).range(1..=MILLISECONDS_MAX))]
     pub persist_deadline_ms: u64,
+    /// Most candidates one event's waiting list holds; past it a join is 409 waitlist_full
+    #[arg(long, env = "SEATRUSH_WAITLIST_MAX", default_value_t = crate::sale::waitlist::WAITERS_MAX_DEFAULT,
+        value_parser = RangedU64ValueParser::<usize>::new().range(0..=10_000_000))]
+    pub waitlist_max: usize,
     /// Most admits one committer pipelines under one WAIT (1 = a WAIT per admit)
     #[arg(long, env = "SEATRUSH_COMMIT_BATCH_MAX", default_value_t = 256,
         value_parser = RangedU64ValueParser::<usize>::new().range(1..=crate::sale::committer::BATCH_SIZE_MAX as u64))]

@@ -48,6 +48,13 @@ pub struct EventKeys {
     pub moves: String,
     /// zset: code hash -> when its move began (Redis's clock), for the settle of a move left behind
     pub moving: String,
+    /// zset, every score 0: "LEVEL SEQ CODE-HASH", the waiting list, one lexical range per level
+    /// in join order (`lua/waitlist.lua`, `lua/with_offer.lua`)
+    pub waitq: String,
+    /// hash: code hash -> "nonce level seq joined-ms", the waiters
+    pub waiters: String,
+    /// string: the last join's sequence number
+    pub waitseq: String,
 }
 
 impl EventKeys {
@@ -71,6 +78,9 @@ impl EventKeys {
             drawlock: format!("{tag}:drawlock"),
             moves: format!("{tag}:moves"),
             moving: format!("{tag}:moving"),
+            waitq: format!("{tag}:waitq"),
+            waiters: format!("{tag}:waiters"),
+            waitseq: format!("{tag}:waitseq"),
         }
     }
 
@@ -106,6 +116,9 @@ mod tests {
             &keys.drawlock,
             &keys.moves,
             &keys.moving,
+            &keys.waitq,
+            &keys.waiters,
+            &keys.waitseq,
         ] {
             assert!(key.starts_with("{ev:spring-exam}:"), "{key}");
         }

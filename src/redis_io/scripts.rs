@@ -54,9 +54,22 @@ pub struct Scripts {
     pub persisted: Script,
     pub heal: Script,
     pub heal_seats: Script,
+    pub waitlist: Script,
 }
 
 const ADMIT_SOURCE: &str = include_str!("../../lua/admit.lua");
+/// The offer of a freed seat to its level's first waiter, spliced into the scripts that free one.
+const OFFER_FRAGMENT: &str = include_str!("../../lua/with_offer.lua");
+
+/// `script` with `lua/with_offer.lua` spliced in after its first line (the `#!lua` flags line,
+/// which must stay first), so the seat is freed and offered in one script
+/// (docs/design.md#the-waiting-list). Made once per process, at start.
+pub fn with_offer(script: &str) -> &'static str {
+    let (flags, body) = script.split_once('\n').expect("a script starts with its #!lua line");
+    assert!(flags.starts_with("#!lua"), "a script that frees a seat starts with its #!lua line");
+    Box::leak(format!("{flags}\n{OFFER_FRAGMENT}{body}").into_boxed_str())
+}
+
 /// The retry check of admit.lua, which `BrokenGuard::RetryCheck` switches off.
 #[cfg(feature = "fault-hooks")]
 const RETRY_CHECK: &str = "if held_nonce == nonce then";
@@ -79,11 +92,12 @@ impl Scripts {
         };
         Self {
             admit: Script::new(admit),
-            undo: Script::new(include_str!("../../lua/undo.lua")),
-            release: Script::new(include_str!("../../lua/release.lua")),
+            undo: Script::new(with_offer(include_str!("../../lua/undo.lua"))),
+            release: Script::new(with_offer(include_str!("../../lua/release.lua"))),
             persisted: Script::new(include_str!("../../lua/persisted.lua")),
             heal: Script::new(include_str!("../../lua/heal.lua")),
             heal_seats: Script::new(include_str!("../../lua/heal_seats.lua")),
+            waitlist: Script::new(include_str!("../../lua/waitlist.lua")),
         }
     }
 
@@ -94,8 +108,8 @@ impl Scripts {
         Self { admit: Script::new(admit), ..Self::new() }
     }
 
-    pub fn all(&self) -> [&Script; 6] {
-        [&self.admit, &self.undo, &self.release, &self.persisted, &self.heal, &self.heal_seats]
+    pub fn all(&self) -> [&Script; 7] {
+        [&self.admit, &self.undo, &self.release, &self.persisted, &self.heal, &self.heal_seats, &self.waitlist]
     }
 
     /// One admit attempt in its own call.
@@ -121,27 +135,57 @@ impl Scripts {
         self.admit.call(&[&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending, &keys.meta], &args)
     }
 
-    /// The guarded undo of one admission (only while it is pending).
+    /// The guarded undo of one admission (only while it is pending); the freed seat goes to its
+    /// level's first waiter if there is one (reply: [`decode_freed`]).
     pub fn undo_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
+        let offer = fresh_admission_id();
         self.undo.call(
-            &[&keys.adm, &keys.taken, &keys.free, &keys.pending],
-            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id],
+            &[&keys.adm, &keys.taken, &keys.free, &keys.pending, &keys.meta, &keys.waitq, &keys.waiters, &keys.allow],
+            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id, "free", &offer],
         )
     }
 
-    /// The guarded release of one admission (any state that holds a seat).
+    /// The guarded release of one admission (any state that holds a seat); the freed seat goes
+    /// to its level's first waiter if there is one (reply: [`decode_freed`]).
     pub fn release_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
+        let offer = fresh_admission_id();
         self.release.call(
-            &[&keys.adm, &keys.taken, &keys.free, &keys.pending, &keys.syncs],
-            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id],
+            &[
+                &keys.adm,
+                &keys.taken,
+                &keys.free,
+                &keys.pending,
+                &keys.syncs,
+                &keys.meta,
+                &keys.waitq,
+                &keys.waiters,
+                &keys.allow,
+            ],
+            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id, &offer],
         )
     }
 
-    /// The undo for an admission whose seat the database says another booking holds.
+    /// The undo for an admission whose seat the database says another booking holds: the seat
+    /// stays out of the pool and is offered to nobody.
     pub fn undo_seat_held_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
         self.undo.call(
             &[&keys.adm, &keys.taken, &keys.free, &keys.pending],
             &[admission.code.as_str(), admission.nonce.as_str(), &admission.id, "seat-held"],
+        )
+    }
+
+    /// A join of the waiting list, or its position (reply: [`JoinReply::decode`]).
+    pub fn waitlist_call(
+        &self,
+        keys: &EventKeys,
+        code: &CodeHash,
+        nonce: &Nonce,
+        level: &str,
+        waiters_max: usize,
+    ) -> Cmd {
+        self.waitlist.call(
+            &[&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.meta, &keys.waitq, &keys.waiters, &keys.waitseq],
+            &[code.as_str(), nonce.as_str(), level, &waiters_max.to_string()],
         )
     }
 
@@ -314,6 +358,103 @@ impl AdmitReply {
                     (slot >= 1).then_some(Self::Admitted { slot, admitted_ms, admission, level })
                 })();
                 admitted.ok_or(ReplyError::Unexpected(value))
+            }
+            other => Err(ReplyError::Unexpected(other)),
+        }
+    }
+}
+
+/// A fresh admission id, as the request path makes one per admit call.
+pub fn fresh_admission_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// A freed seat given to its level's first waiter by release.lua or undo.lua
+/// (`lua/with_offer.lua`): the waiter's admission, pending like any other.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Offer {
+    pub admission: Admission,
+    /// When the waiter joined, by Redis's clock (ms).
+    pub joined_ms: i64,
+}
+
+/// What release.lua or undo.lua did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Freed {
+    /// The guard refused: nothing changed.
+    Unchanged,
+    /// The seat went back to the pool (or, for a `seat-held` undo, stays out of it).
+    ToPool,
+    /// The seat went to a waiter.
+    Offered(Offer),
+}
+
+impl Freed {
+    pub fn changed(&self) -> bool {
+        !matches!(self, Freed::Unchanged)
+    }
+}
+
+/// Decodes the reply of release.lua and undo.lua.
+pub fn decode_freed(value: Value) -> Result<Freed, ReplyError> {
+    match value {
+        Value::Int(0) => Ok(Freed::Unchanged),
+        Value::Int(1) => Ok(Freed::ToPool),
+        Value::Array(ref items) if items.len() == 7 => {
+            let offer = (|| {
+                let code = CodeHash::from_hex(&text(&items[0])?)?;
+                let nonce = Nonce::parse(&text(&items[1])?)?;
+                let admission = Admission {
+                    code,
+                    nonce,
+                    id: text(&items[2])?,
+                    slot: int(&items[3]).filter(|s| *s >= 1)?,
+                    level: text(&items[4])?,
+                    admitted_ms: int(&items[5])?,
+                };
+                Some(Offer { admission, joined_ms: int(&items[6])? })
+            })();
+            offer.map(Freed::Offered).ok_or(ReplyError::Unexpected(value))
+        }
+        other => Err(ReplyError::Unexpected(other)),
+    }
+}
+
+/// What the waiting list's script decided (`lua/waitlist.lua`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JoinReply {
+    /// In the list: the level it waits for and its place (1 = next).
+    Waiting { level: String, position: i64 },
+    /// The code holds a seat with this nonce (offered, or booked): book it as a retry.
+    Admitted,
+    /// -1: the code holds a seat with another nonce.
+    AlreadyAdmitted,
+    /// -5, -6, -7: outside the sale window, as admit.lua says it.
+    Outside(OutsideWindow),
+    /// -9: the level has room now.
+    SeatsAvailable,
+    /// -10: the event's list is at its bound.
+    Full,
+}
+
+impl JoinReply {
+    pub fn decode(value: Value) -> Result<Self, ReplyError> {
+        match value {
+            Value::Int(-1) => Ok(Self::AlreadyAdmitted),
+            Value::Int(-5) => Ok(Self::Outside(OutsideWindow::NotOpen)),
+            Value::Int(-6) => Ok(Self::Outside(OutsideWindow::Closed)),
+            Value::Int(-7) => Ok(Self::Outside(OutsideWindow::NotLoaded)),
+            Value::Int(-9) => Ok(Self::SeatsAvailable),
+            Value::Int(-10) => Ok(Self::Full),
+            Value::Array(ref items) if items.len() == 2 => {
+                let waiting = (|| {
+                    let position = int(&items[0]).filter(|p| *p >= 1)?;
+                    Some(Self::Waiting { level: text(&items[1])?, position })
+                })();
+                waiting.ok_or(ReplyError::Unexpected(value))
+            }
+            Value::Array(_) if matches!(AdmitReply::decode(value.clone()), Ok(AdmitReply::Admitted { .. })) => {
+                Ok(Self::Admitted)
             }
             other => Err(ReplyError::Unexpected(other)),
         }

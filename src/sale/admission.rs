@@ -73,7 +73,7 @@ impl Sale {
     }
 
     /// The window, allowlist and level-eligibility gates: the refusal they would give, if any.
-    async fn gate(&self, view: &EventView, req: &BookingRequest) -> Result<Option<Refusal>, Refusal> {
+    pub(super) async fn gate(&self, view: &EventView, req: &BookingRequest) -> Result<Option<Refusal>, Refusal> {
         match view.window(now_ms()) {
             Window::NotOpen => return Ok(Some(Refusal::NotOpen)),
             Window::Closed => return Ok(Some(Refusal::Closed)),
@@ -239,7 +239,11 @@ impl Sale {
     /// The code's booking row (the code is the candidate's credential: a person who pressed again
     /// sees their seat in a `409 already_admitted`). Bounded by the persist deadline; a read that
     /// fails or runs past it is `Retry`.
-    async fn code_row(&self, view: &EventView, code: &CodeHash) -> Result<Option<crate::store::BookingRow>, Refusal> {
+    pub(super) async fn code_row(
+        &self,
+        view: &EventView,
+        code: &CodeHash,
+    ) -> Result<Option<crate::store::BookingRow>, Refusal> {
         match tokio::time::timeout(self.settings.persist_deadline, self.seat_reads.booking(&view.id, code)).await {
             Ok(Ok(row)) => Ok(row),
             Ok(Err(_)) => Err(Refusal::Retry("database unavailable")),

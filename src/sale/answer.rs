@@ -44,6 +44,9 @@ answer_statuses! {
     /// In the draw at the opening: the answer comes at `decides_at` (a same-nonce retry then
     /// gets it).
     Queued = "queued", 202;
+    /// On the waiting list: `position` in its level's list (a same-nonce retry gets the current
+    /// one, or the seat once one is offered).
+    Waiting = "waiting", 202;
     /// Malformed JSON, a body over the limit, a missing or over-long field, a code that does not
     /// normalise, an unknown level.
     InvalidRequest = "invalid_request", 400;
@@ -69,6 +72,10 @@ answer_statuses! {
     LevelFull = "level_full", 409;
     /// No free seat.
     SoldOut = "sold_out", 409;
+    /// A join of the waiting list for a level that has a free seat now: book it instead.
+    SeatsAvailable = "seats_available", 409;
+    /// The event's waiting list holds as many as it may (`waitlist-max`).
+    WaitlistFull = "waitlist_full", 409;
     /// The booking was released (hold expired or cancelled).
     Released = "released", 409;
     AlreadyPaid = "already_paid", 409;
@@ -96,7 +103,7 @@ pub enum Outcome {
 
 impl AnswerStatus {
     pub const fn outcome(self) -> Outcome {
-        if matches!(self, AnswerStatus::Queued) {
+        if matches!(self, AnswerStatus::Queued | AnswerStatus::Waiting) {
             // A 202 of the draw: no seat yet, the client asks again at decides_at.
             return Outcome::Retry;
         }

@@ -41,6 +41,12 @@ pub enum Refusal {
     SoldOut,
     #[error("try again: {0}")]
     Retry(&'static str),
+    /// A join of the waiting list for a level with room now: book instead.
+    #[error("the level has free seats: book instead")]
+    SeatsAvailable,
+    /// The event's waiting list is at its bound.
+    #[error("the waiting list is full")]
+    WaitlistFull,
     /// An entry of the draw at the opening, decided at this time (epoch ms).
     #[error("in the draw, deciding at {0}")]
     Queued(i64),
@@ -61,6 +67,8 @@ impl Refusal {
             Refusal::LevelFull => AnswerStatus::LevelFull,
             Refusal::SoldOut => AnswerStatus::SoldOut,
             Refusal::Retry(_) => AnswerStatus::Retry,
+            Refusal::SeatsAvailable => AnswerStatus::SeatsAvailable,
+            Refusal::WaitlistFull => AnswerStatus::WaitlistFull,
             Refusal::Queued(_) => AnswerStatus::Queued,
         }
     }

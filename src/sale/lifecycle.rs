@@ -9,7 +9,7 @@ use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
 use crate::redis_io::keys::EventKeys;
-use crate::redis_io::scripts::{self, decode_changed};
+use crate::redis_io::scripts::{self, decode_freed, Freed, Offer};
 use crate::sale::stats::Stats;
 use crate::sale::Sale;
 use crate::store::{BookingRow, PayOutcome, Release, StoreError};
@@ -154,6 +154,7 @@ impl Sale {
         }
         let conn = conn.as_mut().expect("connected above");
         let mut ran = Vec::with_capacity(rows.len());
+        let mut offers: Vec<(EventId, Offer)> = Vec::new();
         for entry in rows {
             let (event, row) = entry;
             let Some(admission) = admission_of(row) else { continue };
@@ -165,10 +166,19 @@ impl Sale {
             }
             let reply =
                 scripts::run(conn, &self.scripts.release, &self.scripts.release_call(&keys, &admission)).await?;
-            match decode_changed(reply) {
+            match decode_freed(reply) {
+                Ok(Freed::Offered(offer)) => {
+                    offers.push((event.clone(), offer));
+                    ran.push(entry)
+                }
                 Ok(_) => ran.push(entry),
                 Err(e) => tracing::error!(%event, error = %e, "release script answered unexpectedly"),
             }
+        }
+        // Booked whatever the WAIT below says: the offer's own booking waits for a replica again,
+        // and a release run again finds the record gone and offers nothing twice.
+        for (event, offer) in offers {
+            self.offer_made(&event, offer);
         }
         let ack = self.settings.ack;
         let skip_wait = self.crash.broken_guard == Some(crate::fault_hooks::BrokenGuard::SkipWait);

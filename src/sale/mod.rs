@@ -19,6 +19,7 @@ pub mod provider_payment;
 pub(crate) mod reaper;
 pub mod settle;
 pub mod stats;
+pub mod waitlist;
 
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
@@ -52,6 +53,8 @@ pub struct SaleSettings {
     /// How long the request path waits for its database write before answering `503 retry`
     /// (the admission stays pending: the write may still land, or the reaper settles it).
     pub persist_deadline: Duration,
+    /// Most candidates one event's waiting list holds (docs/design.md#the-waiting-list).
+    pub waiters_max: usize,
 }
 
 impl Default for SaleSettings {
@@ -64,6 +67,7 @@ impl Default for SaleSettings {
             commit_batch_max: crate::sale::committer::BATCH_SIZE_MAX,
             persist: PersistPolicy::default(),
             persist_deadline: Duration::from_secs(2),
+            waiters_max: waitlist::WAITERS_MAX_DEFAULT,
         }
     }
 }
@@ -113,6 +117,8 @@ pub struct Sale {
     release_conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
     /// Events with evidence that Redis lost data, for the heal loop.
     pub heal_wanted: Arc<heal::HealWanted>,
+    /// Seats the scripts gave to waiters, for [`Sale::run_offers`] to book.
+    offers: waitlist::OfferQueue,
 }
 
 impl Sale {
@@ -197,6 +203,7 @@ impl Sale {
             settings,
             release_conn: tokio::sync::Mutex::new(None),
             heal_wanted,
+            offers: waitlist::OfferQueue::new(),
         })
     }
 

@@ -74,6 +74,7 @@ impl Sale {
             let _ = self.reap_all_once().await;
             let _ = self.sync_releases_once().await;
             let _ = self.settle_moves_once().await;
+            self.book_queued_offers().await;
             // A fresh connection each time: after a failover it finds the current primary. A move
             // Redis made and the database has not settled counts as pending too.
             let pending: anyhow::Result<i64> = match self.link.check().await {

@@ -10,14 +10,15 @@
 use crate::domain::admission::Admission;
 use crate::domain::event::{now_ms, EventId};
 use crate::redis_io::keys::EventKeys;
-use crate::redis_io::scripts::decode_changed;
+use crate::redis_io::scripts::{decode_freed, Freed};
 use crate::sale::Sale;
 use crate::store::ReapOutcome;
 
 /// What settling did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Settled {
-    /// The seat went back (or, with `seat_held`, stays out of the pool) and the count came down.
+    /// The seat went back (or, with `seat_held`, stays out of the pool) and the count came down,
+    /// or it went to its level's first waiter (docs/design.md#the-waiting-list).
     Undone,
     /// Redis no longer held this admission pending: an earlier settle or a failover got there.
     AlreadyGone,
@@ -47,10 +48,14 @@ impl Sale {
                 } else {
                     self.scripts.undo_call(keys, admission)
                 };
-                Ok(if decode_changed(self.run_script(&self.scripts.undo, undo).await?)? {
-                    Settled::Undone
-                } else {
-                    Settled::AlreadyGone
+                Ok(match decode_freed(self.run_script(&self.scripts.undo, undo).await?)? {
+                    Freed::Unchanged => Settled::AlreadyGone,
+                    Freed::ToPool => Settled::Undone,
+                    // The seat went to its level's first waiter in the same script.
+                    Freed::Offered(offer) => {
+                        self.offer_made(event, offer);
+                        Settled::Undone
+                    }
                 })
             }
         }

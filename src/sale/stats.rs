@@ -71,6 +71,8 @@ counters! {
     heal_freed => heal_freed_records_total: "records Redis counted that the database had released, freed by a heal",
     heal_rebuilt => heal_rebuilt_events_total: "events Redis had lost whole, rebuilt from the database by a serve",
     replication_id_changes => redis_replication_id_changes_total: "times the Redis primary's replication id changed (a failover or a restart): every open event is healed",
+    offers_made => waitlist_offers_total { outcome = "made" }: "freed seats the release or undo script gave to a level's first waiter",
+    offers_booked => waitlist_offers_total { outcome = "booked" }: "offers this process booked in the database (the waiter's hold)",
     holds_expired => holds_expired_total: "unpaid holds released at hold_until",
     paid => paid_total: "bookings marked paid",
     cancelled => cancelled_total: "bookings cancelled by an operator",

@@ -21,13 +21,20 @@ pub struct ExportRow {
     /// When the booking was released (its last change, for a released row).
     pub released_ms: Option<i64>,
     pub payment_reference: Option<String>,
+    /// When a freed seat was offered to this booking from the waiting list (migration 0030).
+    pub offered_ms: Option<i64>,
+    /// When that waiter joined the list.
+    pub joined_waitlist_ms: Option<i64>,
 }
 
-/// A booking with its payment; the callers add the WHERE (and the order).
+/// A booking with its payment and its offer, if it came from the waiting list; the callers add
+/// the WHERE (and the order).
 pub(super) const EXPORT_SELECT: &str =
     "SELECT b.code_hash, b.level, b.slot, b.state, b.admitted_ms, b.hold_until_ms, p.paid_ms,
-        CASE WHEN b.state = 'released' THEN b.updated_ms END AS released_ms, p.reference AS payment_reference
-     FROM bookings b LEFT JOIN payments p ON p.event_id = b.event_id AND p.admission_id = b.admission_id";
+        CASE WHEN b.state = 'released' THEN b.updated_ms END AS released_ms, p.reference AS payment_reference,
+        o.offered_ms, o.joined_ms AS joined_waitlist_ms
+     FROM bookings b LEFT JOIN payments p ON p.event_id = b.event_id AND p.admission_id = b.admission_id
+     LEFT JOIN offers o ON o.event_id = b.event_id AND o.admission_id = b.admission_id";
 
 impl Store {
     /// Every booking of the event, by level and seat.

@@ -12,6 +12,7 @@ mod export;
 mod hold_batch;
 mod lookup;
 mod moves;
+mod offers;
 mod payments;
 mod sqlite_batch;
 

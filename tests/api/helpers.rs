@@ -56,6 +56,8 @@ pub struct AppOptions {
     /// The HTTP edge's settings (in-flight bound, timeouts, refusal limit, guesser guard, trusted
     /// proxies): `serve`'s defaults.
     pub edge: EdgeSettings,
+    /// Most waiters the event's waiting list holds (`--waitlist-max`).
+    pub waitlist_max: usize,
 }
 
 impl Default for AppOptions {
@@ -78,6 +80,7 @@ impl Default for AppOptions {
             background_reaper: false,
             open: true,
             edge: EdgeSettings::default(),
+            waitlist_max: seatrush::sale::waitlist::WAITERS_MAX_DEFAULT,
         }
     }
 }
@@ -179,6 +182,7 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
     serve.guess_share_percent = edge.guessing.share_percent;
     serve.guess_penalty_seconds = edge.guessing.penalty.as_secs();
     serve.hsts = edge.hsts;
+    serve.waitlist_max = options.waitlist_max;
     let state = ops::build_app(&connections, &serve).await.unwrap();
     let sale = state.sale.clone();
     drop(setup_store);
@@ -240,6 +244,12 @@ impl TestApp {
     pub async fn book(&self, code: &str, level: &str, nonce: &str) -> Answer {
         let body = json!({ "code": code, "level": level, "nonce": nonce, "website": "" });
         self.post_raw(&format!("/api/events/{EVENT}/bookings"), body.to_string()).await
+    }
+
+    /// `POST /api/events/{event}/waitlist`.
+    pub async fn wait(&self, code: &str, level: &str, nonce: &str) -> Answer {
+        let body = json!({ "code": code, "level": level, "nonce": nonce, "website": "" });
+        self.post_raw(&format!("/api/events/{EVENT}/waitlist"), body.to_string()).await
     }
 
     pub async fn operator(&self, code: &str, action: &str, token: Option<&str>) -> Answer {

@@ -33,3 +33,4 @@ mod secrecy;
 mod sessions;
 mod support;
 mod tls;
+mod waitlist;

@@ -15,3 +15,4 @@ mod replication;
 mod scripts;
 mod steps;
 mod trace;
+mod waitlist;

@@ -1,0 +1,185 @@
+//! The waiting list (docs/design.md#the-waiting-list): a candidate told `sold_out` or
+//! `level_full` joins its level's list (`lua/waitlist.lua`), and a seat freed later goes to the
+//! level's first waiter inside the very script that frees it (`lua/with_offer.lua` spliced into
+//! release.lua and undo.lua), so no refresher can take it in between.
+//!
+//! The script leaves the offer as an admission like any other: a record with the waiter's nonce
+//! and a pending entry. This module books it as a retry of that nonce would be booked — the
+//! admit script's check 1 through the committer (its `WAIT` covers the record), then the
+//! persister — so the arbiter, the reaper and the heal need nothing new: a `serve` that dies
+//! holding an offer leaves a pending admission, which the reaper settles, and that undo offers
+//! the seat to the next waiter.
+
+use crate::domain::event::EventId;
+use crate::redis_io::scripts::{self, JoinReply, Offer, OutsideWindow};
+use crate::sale::booking::{Booked, BookingRequest, Refusal};
+use crate::sale::committer::{AdmitCall, Committed};
+use crate::sale::stats::Stats;
+use crate::sale::Sale;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::sync::{mpsc, Mutex};
+
+/// Most candidates one event's list holds unless `--waitlist-max` says otherwise.
+pub const WAITERS_MAX_DEFAULT: usize = 10_000;
+/// Offers queued for booking in one process; past it an offer is left pending, for the reaper
+/// to settle and pass on (a burst of thousands of releases at once, not a sale's pace).
+const OFFERS_QUEUED_MAX: usize = 4096;
+/// Rounds an offer's booking tries when the replica acknowledgement falls short, before it is
+/// left pending for the reaper: the seat is the waiter's, so a short `WAIT` is not a reason to
+/// pass it on at once (a stalled replica would then run through the whole list in a second).
+const OFFER_ACK_TRIES_MAX: u32 = 5;
+/// Pause between those tries.
+const OFFER_ACK_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Where a waiter stands, or the seat it got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Joined {
+    /// In the list for `level`; `position` 1 is the next to be offered a seat.
+    Waiting { level: String, position: i64 },
+    /// A seat was offered to this nonce (or it booked one): the booking's answer.
+    Booked(Booked),
+}
+
+/// Offers made by this process's scripts, waiting to be booked by [`Sale::run_offers`].
+pub(crate) struct OfferQueue {
+    sender: mpsc::Sender<(EventId, Offer)>,
+    receiver: Mutex<mpsc::Receiver<(EventId, Offer)>>,
+}
+
+impl OfferQueue {
+    pub(crate) fn new() -> Self {
+        let (sender, receiver) = mpsc::channel(OFFERS_QUEUED_MAX);
+        Self { sender, receiver: Mutex::new(receiver) }
+    }
+}
+
+impl Sale {
+    /// Joins the waiting list of `req.level`, or says where the code stands in it. The gates are
+    /// a booking's; a code whose seat was offered gets the booking's answer, as a retry of its
+    /// nonce.
+    pub async fn join_waitlist(&self, req: &BookingRequest) -> Result<Joined, Refusal> {
+        let view = self.event(&req.event).await?;
+        if crate::domain::event::LevelName::parse(&req.level).is_none_or(|l| !view.levels.contains_key(&l)) {
+            return Err(Refusal::UnknownLevel(req.level.clone()));
+        }
+        if self.gate(&view, req).await?.is_some() {
+            // Refused unless it is a retry of this nonce's seat: the booking path judges both.
+            return self.book(req).await.map(Joined::Booked);
+        }
+        let cmd = self.scripts.waitlist_call(&view.keys, &req.code, &req.nonce, &req.level, self.settings.waiters_max);
+        let reply = self.run_script(&self.scripts.waitlist, cmd).await.map_err(|e| self.redis_failed(e))?;
+        let reply = JoinReply::decode(reply).map_err(|e| {
+            tracing::error!(event = %view.id, error = %e, "waitlist script answered unexpectedly");
+            Refusal::Retry("unexpected reply")
+        })?;
+        match reply {
+            JoinReply::Waiting { level, position } => Ok(Joined::Waiting { level, position }),
+            JoinReply::Admitted => self.book(req).await.map(Joined::Booked),
+            JoinReply::AlreadyAdmitted => {
+                let seat = self.code_row(&view, &req.code).await.ok().flatten().filter(|r| r.holds_seat());
+                Err(Refusal::AlreadyAdmitted(seat.map(|r| r.seat())))
+            }
+            JoinReply::Outside(OutsideWindow::NotOpen) => Err(Refusal::NotOpen),
+            JoinReply::Outside(OutsideWindow::Closed) => Err(Refusal::Closed),
+            JoinReply::Outside(OutsideWindow::NotLoaded) => {
+                self.heal_wanted.want(&view.id);
+                Err(Refusal::Retry("the event is not loaded in Redis"))
+            }
+            JoinReply::SeatsAvailable => Err(Refusal::SeatsAvailable),
+            JoinReply::Full => Err(Refusal::WaitlistFull),
+        }
+    }
+
+    /// Hands an offer a script made to [`Sale::run_offers`]. A full queue leaves it pending:
+    /// the reaper settles it and the seat passes to the next waiter.
+    pub(crate) fn offer_made(&self, event: &EventId, offer: Offer) {
+        Stats::bump(&self.stats.offers_made);
+        if self.offers.sender.try_send((event.clone(), offer)).is_err() {
+            tracing::warn!(%event, "offer queue full; the offer is left to the reaper");
+        }
+    }
+
+    /// Books the offers this process's scripts make, until `shutdown` resolves. Each offer is
+    /// booked on a task of its own, so one waiting on a stalled database holds back no other.
+    pub async fn run_offers(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut receiver = self.offers.receiver.lock().await;
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                next = receiver.recv() => match next {
+                    Some((event, offer)) => {
+                        let sale = self.clone();
+                        tokio::spawn(async move { sale.book_offer(&event, offer).await });
+                    }
+                    None => return,
+                },
+            }
+        }
+    }
+
+    /// Books the offers queued now, one after another (for [`Sale::drain`], which may run in a
+    /// process without [`Sale::run_offers`]). Returns how many it took.
+    pub(crate) async fn book_queued_offers(&self) -> usize {
+        let Ok(mut receiver) = self.offers.receiver.try_lock() else { return 0 };
+        let mut booked = 0;
+        while let Ok((event, offer)) = receiver.try_recv() {
+            self.book_offer(&event, offer).await;
+            booked += 1;
+        }
+        booked
+    }
+
+    /// Books one offer as a retry of the waiter's nonce: check 1 of the admit script through
+    /// the committer (its `WAIT` covers the record the offer wrote), then the database write.
+    /// Whatever stops it leaves the offer pending or settled, never lost: the reaper settles a
+    /// pending one, and every settle offers the seat again.
+    async fn book_offer(&self, event: &EventId, offer: Offer) {
+        let view = match self.event(event).await {
+            Ok(view) => view,
+            Err(refusal) => {
+                tracing::debug!(%event, ?refusal, "offer left pending for the reaper");
+                return;
+            }
+        };
+        // Recorded first, for the back office and the export: a booking row that holds this
+        // admission came from the waiting list. An offer that is settled instead leaves a row no
+        // booking holds.
+        if let Err(e) = self.store.record_offer(event, &offer).await {
+            tracing::warn!(%event, error = %e, "offer not recorded; left pending for the reaper");
+            return;
+        }
+        let admission = offer.admission;
+        for _ in 0..OFFER_ACK_TRIES_MAX {
+            let call = AdmitCall {
+                keys: view.keys.clone(),
+                code: admission.code.clone(),
+                nonce: admission.nonce.clone(),
+                level: admission.level.clone(),
+                admission_id: scripts::fresh_admission_id(),
+                retry_only: true,
+            };
+            match self.committer.admit(call).await {
+                Ok(Committed::Acked(acked)) => {
+                    self.crash.maybe(crate::fault_hooks::CrashPoint::AfterWait);
+                    match self.persist(&view, acked).await {
+                        Ok(_) => Stats::bump(&self.stats.offers_booked),
+                        Err(refusal) => {
+                            tracing::debug!(%event, ?refusal, "offer not booked; settled or left pending")
+                        }
+                    }
+                    return;
+                }
+                Ok(Committed::Short(_)) => tokio::time::sleep(OFFER_ACK_PAUSE).await,
+                // The record is gone (an undo, a failover): nothing of this offer is left to book.
+                Ok(Committed::Refused(_)) => return,
+                Err(e) => {
+                    tracing::debug!(%event, error = %e, "offer left pending for the reaper");
+                    return;
+                }
+            }
+        }
+        tracing::warn!(%event, "replica acknowledgement of an offer fell short; left pending for the reaper");
+    }
+}
