@@ -1,6 +1,9 @@
-//! The three invariants (docs/design.md#the-invariants), checked against the database, Redis and
-//! (optionally) what clients were told. Used by the tests after every scenario and by the fault
+//! The invariants (docs/design.md#the-invariants), checked against the database, Redis and
+//! (optionally) what clients were told; the fourth, the waiting list's, in
+//! `invariants/waiting.rs`. Used by the tests after every scenario and by the fault
 //! runner after every run; meant for a quiet moment (nothing in flight, the reaper done).
+
+mod waiting;
 
 use redis::aio::MultiplexedConnection;
 use seatrush::domain::code::CodeHash;
@@ -40,7 +43,9 @@ pub async fn violations(
         }
     }
 
-    let RedisSide { taken, free, records, pending, .. } = RedisSide::read(conn, &EventKeys::new(event)).await?;
+    let redis = RedisSide::read(conn, &EventKeys::new(event)).await?;
+    v.extend(waiting::violations(conn, &spec, &redis).await?);
+    let RedisSide { taken, free, records, pending, .. } = redis;
     for level in spec.levels.keys() {
         let redis = taken.get(level.as_str()).copied().unwrap_or(0);
         let db = per_level.get(level.as_str()).copied().unwrap_or(0);

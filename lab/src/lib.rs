@@ -7,7 +7,7 @@
 //! # Layout
 //!
 //! - `scratch_db.rs`, `invariants.rs`, `crowd.rs`, `fleet.rs`: the pieces — a database of its own
-//!   for a run, the three invariants checked, simulated candidates, supervised `serve` processes.
+//!   for a run, the invariants checked (the waiting list's in `invariants/waiting.rs`), simulated candidates, supervised `serve` processes.
 //! - `bench/`: the load tool, the contention comparison (`strategies`), `compare-backends`,
 //!   `sqlite-floor`.
 //! - `runner/`: the fault runner.

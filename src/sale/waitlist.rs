@@ -146,7 +146,7 @@ impl Sale {
         // Recorded first, for the back office and the export: a booking row that holds this
         // admission came from the waiting list. An offer that is settled instead leaves a row no
         // booking holds.
-        if let Err(e) = self.store.record_offer(event, &offer).await {
+        if let Err(e) = self.store.record_offer(event, &offer.admission, offer.joined_ms).await {
             tracing::warn!(%event, error = %e, "offer not recorded; left pending for the reaper");
             return;
         }

@@ -3,14 +3,14 @@
 //! `joined_waitlist_at` columns) and `seatrush status`.
 
 use super::{on_pool, Store, StoreError};
+use crate::domain::admission::Admission;
 use crate::domain::event::EventId;
-use crate::redis_io::scripts::Offer;
 use std::collections::BTreeMap;
 
 impl Store {
-    /// Records an offer; the same offer again changes nothing.
-    pub async fn record_offer(&self, event: &EventId, offer: &Offer) -> Result<(), StoreError> {
-        let a = &offer.admission;
+    /// Records an offer: the waiter's admission the script wrote (its `admitted_ms` is when the
+    /// seat was offered) and when the waiter joined; the same offer again changes nothing.
+    pub async fn record_offer(&self, event: &EventId, a: &Admission, joined_ms: i64) -> Result<(), StoreError> {
         on_pool!(self, pool => {
             sqlx::query(
                 "INSERT INTO offers (event_id, admission_id, code_hash, level, slot, joined_ms, offered_ms)
@@ -21,7 +21,7 @@ impl Store {
             .bind(a.code.as_str())
             .bind(&a.level)
             .bind(a.slot)
-            .bind(offer.joined_ms)
+            .bind(joined_ms)
             .bind(a.admitted_ms)
             .execute(pool)
             .await?;

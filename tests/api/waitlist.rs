@@ -421,3 +421,25 @@ async fn a_serve_killed_while_booking_an_offer_leaves_it_to_the_reaper_and_the_s
     assert_eq!(app.sale.drain(&app.event, Duration::from_secs(10)).await.unwrap(), 0);
     app.assert_invariants().await;
 }
+
+/// The checker of the fourth invariant can fail: a seat put back in the pool while someone waits
+/// (as a free without the offer would leave it) is reported; the same pool with nobody waiting,
+/// or after the sale closed, is not.
+#[tokio::test]
+async fn the_invariant_checker_reports_a_free_seat_while_someone_waits() {
+    let app = spawn_app(AppOptions { seats: 1, levels: vec![("A1", 1)], ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    assert_eq!(app.wait("CODE-00002", "A1", &nonce("w")).await.status, 202);
+    app.assert_invariants().await;
+    let row = app.store.booking(&app.event, &app.hash("CODE-00001")).await.unwrap().unwrap();
+    app.store.release(&app.event, &row.code, &row.admission_id, seatrush::store::Release::Cancel).await.unwrap();
+    let holder = app.hash("CODE-00001");
+    let _: () = app.redis(redis::cmd("HDEL").arg(&app.keys.adm).arg(holder.as_str()));
+    let _: () = app.redis(redis::cmd("HINCRBY").arg(&app.keys.taken).arg("A1").arg(-1));
+    let _: () = app.redis(redis::cmd("ZADD").arg(&app.keys.free).arg(1).arg(1));
+    let found = app.invariant_violations().await;
+    assert!(found.iter().any(|v| v.contains("first waiter")), "{found:?}");
+    let _: () = app.redis(redis::cmd("DEL").arg(&app.keys.waitq));
+    let found = app.invariant_violations().await;
+    assert!(found.iter().all(|v| !v.contains("first waiter")), "nobody waits now: {found:?}");
+}
