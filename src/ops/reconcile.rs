@@ -320,19 +320,22 @@ async fn repair_locked(conn: &mut MultiplexedConnection, store: &Store, id: &Eve
     while attempts < ATTEMPTS_MAX {
         watched(&keys).query_async::<()>(conn).await?;
         let c = compare(conn, store, id).await?;
-        if c.moves_in_flight > 0 && move_waits < MOVE_WAITS_MAX {
+        if c.moves_in_flight > 0 {
             // move_settle.lua frees one of a moving booking's two seats and counts from what it
             // finds, whatever a repair wrote meanwhile (a released booking's old seat, say): a
             // repair waits for the settle (a live move takes milliseconds, a dead one's marker
             // is settled by the background pass) instead of counting what the settle will undo.
             redis::cmd("UNWATCH").query_async::<()>(conn).await?;
+            if move_waits == MOVE_WAITS_MAX {
+                bail!(
+                    "{} moves of event {id} stayed in flight for {} s; run the repair again once they are settled (a running `serve` settles them)",
+                    c.moves_in_flight,
+                    (MOVE_WAIT_PAUSE * MOVE_WAITS_MAX).as_secs()
+                );
+            }
             move_waits += 1;
             tokio::time::sleep(MOVE_WAIT_PAUSE).await;
             continue;
-        }
-        if c.moves_in_flight > 0 {
-            redis::cmd("UNWATCH").query_async::<()>(conn).await?;
-            bail!("{} moves of event {id} stayed in flight for {} s; run the repair again once they are settled (a running `serve` settles them)", c.moves_in_flight, MOVE_WAITS_MAX as u64 * MOVE_WAIT_PAUSE.as_millis() as u64 / 1000);
         }
         attempts += 1;
         let drift = c.drift();
