@@ -133,9 +133,10 @@ pub struct Told {
 
 impl Told {
     /// `429` is not final: it says "not now" about the address, nothing about the booking, which
-    /// may hold a seat from an earlier send of the same nonce.
+    /// may hold a seat from an earlier send of the same nonce. Nor is a waiting list's `202`
+    /// ("waiting"): a seat may be offered to that very nonce after it.
     fn final_refusal(&self) -> bool {
-        !matches!(self.status, 0 | 201 | 429 | 503)
+        !matches!(self.status, 0 | 201 | 202 | 429 | 503)
     }
 }
 

@@ -24,6 +24,9 @@ fn config(faults: Vec<FaultKind>) -> RunConfig {
         // Half the candidates whose booking was cancelled or ran out book again (hole 11 in
         // FAULTS.md showed only with them).
         rebook_per_mille: 500,
+        // Many of the people told the sale is full join the waiting list and poll it, so offers
+        // race the faults as bookings do.
+        waiters_per_mille: 400,
         commit_connections: 2,
         fair_start_seconds: 0,
         report: None,
@@ -94,6 +97,7 @@ async fn a_failover_that_loses_unacknowledged_writes_breaks_no_invariant_even_wi
     let report = run(c).await;
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
     assert!(report.admitted as i64 >= report.seats);
+    assert!(report.waiters_offered > 0, "freed seats were offered to waiters during the faults");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

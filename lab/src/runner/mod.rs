@@ -7,6 +7,7 @@ pub mod inject;
 pub mod operator;
 pub mod proxy;
 pub mod topology;
+pub mod waiters;
 
 use crate::crowd::{self, Candidate, Outcome, Tally};
 use crate::invariants::{self, Journal, OperatorCall, Told};
@@ -84,6 +85,11 @@ pub struct RunConfig {
     /// cancelled or ran out
     #[arg(long, default_value_t = 500)]
     pub rebook_per_mille: u32,
+    /// Share (per mille) of the people told `sold_out` or `level_full` who join the level's
+    /// waiting list and poll it until offered a seat (waiters run only when holds are waited out:
+    /// --hold-seconds 60 or less)
+    #[arg(long, default_value_t = 400)]
+    pub waiters_per_mille: u32,
     /// Committer connections per serve (at least 2, so group-commit rounds overlap)
     #[arg(long, default_value_t = 2)]
     pub commit_connections: usize,
@@ -126,6 +132,12 @@ pub struct Report {
     pub cancelled_by_runner: usize,
     /// Moves to another level answered with the new seat (`200`).
     pub moved_by_runner: usize,
+    /// The waiting list: people who joined it, were offered a seat, booked instead when told
+    /// seats were free, or were still waiting at their last poll.
+    pub waiters_joined: usize,
+    pub waiters_offered: usize,
+    pub waiters_booked_instead: usize,
+    pub waiters_still_waiting: usize,
     pub db_states: BTreeMap<String, i64>,
     pub redis_taken: i64,
     /// Each rack fault: which node Sentinel promoted, and how far behind it was.
@@ -214,8 +226,22 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     let operator = operator::spawn(targets, told_rx, !config.no_operator_calls, config.rebook_per_mille);
 
     let candidates = crowd_of(config.candidates, &codes);
+    let waiters = Arc::new(std::sync::Mutex::new(waiters::Waiters::new(
+        &topo.client_urls,
+        booking_urls(&topo),
+        CancellationToken::new(),
+    )));
+    let waiter_share = if config.hold_seconds <= WAITED_HOLD_SECONDS_MAX { config.waiters_per_mille } else { 0 };
     let (outcomes, answered_at): (Vec<Outcome>, Vec<(i64, i64)>) =
-        paced_burst(&topo, candidates, config, told_tx).await.into_iter().unzip();
+        paced_burst(&topo, candidates, config, told_tx, (waiters.clone(), waiter_share)).await.into_iter().unzip();
+    // Holds run out (and are offered on) for a while after the burst: the waiters see some of it
+    // before they stop.
+    tokio::time::sleep(Duration::from_secs(2 * config.hold_seconds.clamp(0, 10) as u64 + 2)).await;
+    let waiters = Arc::try_unwrap(waiters)
+        .map_err(|_| anyhow::anyhow!("waiters still shared after the burst"))?
+        .into_inner()
+        .expect("waiters lock");
+    let waited = waiters.finish().await;
     // The faults go on while the operator's last payments and cancels are under way.
     let operator = operator.await.unwrap_or_default();
 
@@ -241,6 +267,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     let rebookings = operator.rebooked.len();
     let mut told = told_of(&outcomes, &answered_at);
     told.extend(operator.rebooked);
+    told.extend(waited.told.iter().cloned());
     let journal = Journal { told, operator: operator.answers, seen: sampler.await.unwrap_or_default() };
 
     let mut conn = match topo.sale.link().check().await {
@@ -310,6 +337,10 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         paid_by_runner: answered(OperatorCall::Pay, "paid"),
         cancelled_by_runner: answered(OperatorCall::Cancel, "released"),
         moved_by_runner: journal.operator.iter().filter(|c| c.call == OperatorCall::Move && c.status == 200).count(),
+        waiters_joined: waited.joined,
+        waiters_offered: waited.offered,
+        waiters_booked_instead: waited.booked_instead,
+        waiters_still_waiting: waited.still_waiting,
         db_states,
         redis_taken,
         racks,
@@ -379,6 +410,7 @@ async fn paced_burst(
     candidates: Vec<Candidate>,
     config: &RunConfig,
     told: tokio::sync::mpsc::UnboundedSender<(Candidate, Told)>,
+    (waiters, waiter_share): (Arc<std::sync::Mutex<waiters::Waiters>>, u32),
 ) -> Vec<Answered> {
     let client = reqwest::Client::builder().timeout(CLIENT_TIMEOUT).build().expect("client builds");
     let urls: Arc<Vec<String>> = Arc::new(booking_urls(topo));
@@ -387,6 +419,7 @@ async fn paced_burst(
     let mut tasks = Vec::with_capacity(candidates.len());
     for (i, candidate) in candidates.into_iter().enumerate() {
         let (client, urls, gate, told) = (client.clone(), urls.clone(), gate.clone(), told.clone());
+        let waiters = waiters.clone();
         tasks.push(tokio::spawn(async move {
             let _permit = gate.acquire_owned().await.expect("semaphore never closed");
             let asked_ms = now_ms();
@@ -396,6 +429,9 @@ async fn paced_burst(
                 if let Some(t) = told_one(&outcome, asked_ms, answered_ms) {
                     let _ = told.send((outcome.candidate.clone(), t));
                 }
+            }
+            if waiters::joins(&outcome, waiter_share) {
+                waiters.lock().expect("waiters lock").join(i, outcome.candidate.clone(), told);
             }
             (outcome, (asked_ms, answered_ms))
         }));
@@ -441,7 +477,7 @@ fn told_of(outcomes: &[Outcome], answered_at: &[(i64, i64)]) -> Vec<Told> {
         .collect()
 }
 
-fn told_one(o: &Outcome, asked_ms: i64, answered_ms: i64) -> Option<Told> {
+pub(crate) fn told_one(o: &Outcome, asked_ms: i64, answered_ms: i64) -> Option<Told> {
     let hasher = seatrush::domain::code::CodeHasher::from_env();
     let code = hasher.hash(&seatrush::domain::code::NormalisedCode::parse(&o.candidate.code).ok()?).to_string();
     let hold_until_ms = o.body["hold_until"]
@@ -490,6 +526,10 @@ impl Report {
             self.moved_by_runner,
             self.db_states,
             self.redis_taken
+        );
+        println!(
+            "  waiting list: {} joined, {} offered a seat, {} booked instead (seats were free), {} still waiting at the end",
+            self.waiters_joined, self.waiters_offered, self.waiters_booked_instead, self.waiters_still_waiting
         );
         for r in &self.racks {
             println!(
