@@ -218,7 +218,7 @@ impl Sale {
     }
 
     /// The code's row, when it holds a seat for this very attempt (this nonce).
-    async fn attempt_row(
+    pub(super) async fn attempt_row(
         &self,
         view: &EventView,
         req: &BookingRequest,
@@ -229,7 +229,11 @@ impl Sale {
     /// The database holds this attempt's seat while Redis refused it: Redis lost the attempt's
     /// record. The seat is the answer, as for any retry (unless its hold ran out), and the event
     /// is healed (docs/design.md#a-final-refusal-is-checked-against-the-database).
-    async fn answer_from_database(&self, view: &EventView, row: crate::store::BookingRow) -> Result<Booked, Refusal> {
+    pub(super) async fn answer_from_database(
+        &self,
+        view: &EventView,
+        row: crate::store::BookingRow,
+    ) -> Result<Booked, Refusal> {
         Stats::bump(&self.stats.refusals_answered_from_database);
         self.heal_wanted.want(&view.id);
         let clock_ms = self.store.clock_ms().await.map_err(|_| Refusal::Retry("database unavailable"))?;

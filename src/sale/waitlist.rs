@@ -86,8 +86,28 @@ impl Sale {
                 self.heal_wanted.want(&view.id);
                 Err(Refusal::Retry("the event is not loaded in Redis"))
             }
-            JoinReply::SeatsAvailable => Err(Refusal::SeatsAvailable),
-            JoinReply::Full => Err(Refusal::WaitlistFull),
+            JoinReply::SeatsAvailable => self.unless_offered(&view, req, Refusal::SeatsAvailable).await,
+            JoinReply::Full => self.unless_offered(&view, req, Refusal::WaitlistFull).await,
+        }
+    }
+
+    /// A final refusal of the list is checked against the database, as a booking's is
+    /// (docs/design.md#a-final-refusal-is-checked-against-the-database): a promoted replica that
+    /// lost the seat offered to this nonce lost the waiter's entry with it, so Redis sees a code
+    /// that neither waits nor holds, and a level with the lost seat free. The database's seat is
+    /// the answer, not "book instead". Found by the fault runner's waiters under `rack`.
+    async fn unless_offered(
+        &self,
+        view: &crate::sale::catalog::EventView,
+        req: &BookingRequest,
+        refusal: Refusal,
+    ) -> Result<Joined, Refusal> {
+        if !self.heals() {
+            return Err(refusal);
+        }
+        match self.attempt_row(view, req).await? {
+            Some(row) => self.answer_from_database(view, row).await.map(Joined::Booked),
+            None => Err(refusal),
         }
     }
 

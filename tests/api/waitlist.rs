@@ -443,3 +443,30 @@ async fn the_invariant_checker_reports_a_free_seat_while_someone_waits() {
     let found = app.invariant_violations().await;
     assert!(found.iter().all(|v| !v.contains("first waiter")), "nobody waits now: {found:?}");
 }
+
+/// A promoted replica that missed an offer lost the waiter's record and its entry together:
+/// Redis sees a code that neither waits nor holds, and the offered seat free. The waiter's next
+/// poll is answered from the database with the seat it was offered, not told to book instead
+/// (found by the fault runner's waiters under `rack`).
+#[tokio::test]
+async fn a_waiter_whose_offer_a_promotion_lost_gets_the_seat_from_the_database() {
+    let app = spawn_app(sold_out_one_level(Backend::Sqlite)).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    assert_eq!(app.book("CODE-00002", "A1", &nonce("b")).await.status, 201);
+    let n = nonce("w");
+    assert_eq!(app.wait("CODE-00003", "A1", &n).await.status, 202);
+    cancel(&app, "CODE-00001").await;
+    let offered = poll_until_offered(&app, "CODE-00003", "A1", &n).await;
+    assert_eq!(offered.status, 201, "{:?}", offered.body);
+
+    let row = app.store.booking(&app.event, &app.hash("CODE-00003")).await.unwrap().unwrap();
+    app.redis::<()>(redis::cmd("HDEL").arg(&app.keys.adm).arg(row.code.as_str()));
+    app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg(row.level.as_str()).arg(-1));
+    app.redis::<()>(redis::cmd("ZADD").arg(&app.keys.free).arg(row.slot).arg(row.slot));
+
+    let again = app.wait("CODE-00003", "A1", &n).await;
+    assert_eq!((again.status, again.status_str()), (201, "admitted"), "{:?}", again.body);
+    assert_eq!(again.body["slot"], offered.body["slot"], "the seat it was offered");
+    let other = app.wait("CODE-00004", "A1", &nonce("x")).await;
+    assert_eq!(other.status_str(), "seats_available", "a code the database holds nothing for is told to book");
+}

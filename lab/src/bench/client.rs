@@ -11,13 +11,15 @@ use std::time::Duration;
 /// Bound on one request, so a stalled server shows up as an error rather than a hung run.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Where the load goes: address, Host header, booking path, availability path.
+/// Where the load goes: address, Host header, booking path, availability path, waiting-list
+/// path.
 #[derive(Clone, Debug)]
 pub struct Target {
     pub addr: SocketAddr,
     pub host: String,
     pub path: String,
     pub availability_path: String,
+    pub waitlist_path: String,
 }
 
 impl Target {
@@ -34,6 +36,7 @@ impl Target {
             host,
             path: format!("/api/events/{event}/bookings"),
             availability_path: format!("/api/events/{event}"),
+            waitlist_path: format!("/api/events/{event}/waitlist"),
         })
     }
 }
@@ -65,8 +68,8 @@ impl Connection {
 
     /// POSTs a JSON body; the status and the whole response body, or an error (the connection is
     /// then dropped and the next call reconnects).
-    pub async fn post(&mut self, target: &Target, body: String) -> anyhow::Result<(u16, Bytes)> {
-        let request = hyper::Request::post(&target.path)
+    pub async fn post(&mut self, target: &Target, path: &str, body: String) -> anyhow::Result<(u16, Bytes)> {
+        let request = hyper::Request::post(path)
             .header(HOST, &target.host)
             .header(CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))?;

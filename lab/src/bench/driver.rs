@@ -221,7 +221,8 @@ async fn connection(shared: Arc<Shared>, index: usize, mut conn: Connection, mut
                 (http, body)
             })
         } else {
-            conn.post(&spec.target, planned.body.clone()).await
+            let path = if planned.kind == Kind::Waitlist { &spec.target.waitlist_path } else { &spec.target.path };
+            conn.post(&spec.target, path, planned.body.clone()).await
         };
         let finished = shared.start.elapsed();
         let latency_us = (finished.saturating_sub(sent_at).as_micros() as u64).max(1);

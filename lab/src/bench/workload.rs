@@ -24,9 +24,13 @@ pub enum Kind {
     /// A waiting page's availability poll: `GET /api/events/{event}` with the `ETag` of the
     /// connection's last answer, as a browser revalidates.
     Poll,
+    /// A code this connection saw told `sold_out` or `level_full` joins that level's waiting
+    /// list, or asks where it stands with the nonce it joined with, as the page polls.
+    Waitlist,
 }
 
-pub const KINDS: [Kind; 6] = [Kind::Fresh, Kind::Retry, Kind::Duplicate, Kind::Unregistered, Kind::Bot, Kind::Poll];
+pub const KINDS: [Kind; 7] =
+    [Kind::Fresh, Kind::Retry, Kind::Duplicate, Kind::Unregistered, Kind::Bot, Kind::Poll, Kind::Waitlist];
 
 impl Kind {
     pub fn name(self) -> &'static str {
@@ -37,12 +41,13 @@ impl Kind {
             Kind::Unregistered => "unregistered",
             Kind::Bot => "bot",
             Kind::Poll => "poll",
+            Kind::Waitlist => "waitlist",
         }
     }
 }
 
 /// Weights of the kinds, e.g. "fresh=86,retry=4,duplicate=4,unregistered=3,bot=3" (add
-/// "poll=N" for availability polls).
+/// "poll=N" for availability polls, "waitlist=N" for the waiting list once the sale is full).
 #[derive(Clone, Debug, Serialize)]
 pub struct Mix {
     weights: [u32; KINDS.len()],
@@ -148,12 +153,14 @@ impl Reply {
 pub struct Planner {
     levels: Vec<String>,
     recent: VecDeque<Admitted>,
+    /// Codes told the sale or their level is full, with the nonce each waits (or will wait) with.
+    waiting: VecDeque<Admitted>,
     turn: u64,
 }
 
 impl Planner {
     pub fn new(levels: Vec<String>) -> Self {
-        Self { levels, recent: VecDeque::with_capacity(RECENT_MAX), turn: 0 }
+        Self { levels, recent: VecDeque::with_capacity(RECENT_MAX), waiting: VecDeque::new(), turn: 0 }
     }
 
     pub fn next(&mut self, mix: &Mix, codes: &Codes) -> Planned {
@@ -162,6 +169,14 @@ impl Planner {
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let kind = mix.pick(rand::random());
         let remembered = self.recent.get(rand::random_range(0..self.recent.len().max(1))).cloned();
+        if kind == Kind::Waitlist {
+            // The oldest refused code asks next: polls go round the connection's waiters.
+            if let Some(w) = self.waiting.pop_front() {
+                let planned = plan(Kind::Waitlist, w.code.clone(), w.level.clone(), w.nonce.clone(), None, "");
+                self.waiting.push_back(w);
+                return planned;
+            }
+        }
         match (kind, remembered) {
             (Kind::Retry, Some(a)) => plan(Kind::Retry, a.code, a.level, a.nonce, Some(a.slot), ""),
             (Kind::Duplicate, Some(a)) => plan(Kind::Duplicate, a.code, level, nonce, None, ""),
@@ -213,6 +228,15 @@ impl Planner {
                         self.recent.push_back(Admitted { code, level, nonce, slot });
                     }
                 }
+                if matches!(status, "sold_out" | "level_full") && self.waiting.len() < RECENT_MAX {
+                    let (code, level) = (planned.code.clone(), planned.level.clone());
+                    self.waiting.push_back(Admitted {
+                        code,
+                        level,
+                        nonce: uuid::Uuid::new_v4().simple().to_string(),
+                        slot: 0,
+                    });
+                }
                 matches!(status, "admitted" | "sold_out" | "level_full")
             }
             Kind::Retry => status == "admitted" && reply.slot == planned.slot,
@@ -221,6 +245,13 @@ impl Planner {
             Kind::Bot => status == "admitted",
             // The availability answer has no `status`: the HTTP status stands in for it.
             Kind::Poll => matches!(status, "http_200" | "http_304"),
+            Kind::Waitlist => {
+                // Answered for good: offered a seat, or told to book (or that the list is full).
+                if status != "waiting" {
+                    self.waiting.retain(|w| w.nonce != planned.nonce);
+                }
+                matches!(status, "waiting" | "admitted" | "seats_available" | "waitlist_full" | "already_admitted")
+            }
         }
     }
 }
@@ -253,5 +284,23 @@ mod tests {
         assert_eq!(retry.kind, Kind::Retry);
         assert!(planner.judge(&retry, &Reply { http: 201, status: "admitted".into(), slot: Some(7) }));
         assert!(!planner.judge(&retry, &Reply { http: 201, status: "admitted".into(), slot: Some(8) }));
+    }
+
+    #[test]
+    fn a_code_told_the_sale_is_full_waits_with_one_nonce_until_answered_for_good() {
+        let codes = Codes::new("T-", 10);
+        let mut planner = Planner::new(vec!["A1".into()]);
+        let wait = Mix::parse("waitlist=1").unwrap();
+        assert_eq!(planner.next(&wait, &codes).kind, Kind::Fresh, "nobody was refused yet: a fresh booking");
+        let fresh = planner.next(&Mix::parse("fresh=1").unwrap(), &codes);
+        assert!(planner.judge(&fresh, &Reply { http: 409, status: "sold_out".into(), slot: None }));
+        let join = planner.next(&wait, &codes);
+        assert_eq!((join.kind, join.code.as_str()), (Kind::Waitlist, fresh.code.as_str()));
+        assert!(planner.judge(&join, &Reply { http: 202, status: "waiting".into(), slot: None }));
+        let poll = planner.next(&wait, &codes);
+        assert_eq!(poll.nonce, join.nonce, "a poll keeps the nonce it joined with");
+        assert!(planner.judge(&poll, &Reply { http: 201, status: "admitted".into(), slot: Some(3) }));
+        assert_ne!(planner.next(&wait, &codes).kind, Kind::Waitlist, "an offered code stops waiting");
+        assert!(!planner.judge(&poll, &Reply { http: 409, status: "sold_out".into(), slot: None }));
     }
 }

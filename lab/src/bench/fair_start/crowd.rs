@@ -94,7 +94,7 @@ impl Pool {
     async fn post(&self, target: &Target, body: String) -> anyhow::Result<(u16, bytes::Bytes)> {
         let _permit = self.permits.acquire().await.expect("the pool's semaphore is never closed");
         let mut conn = self.idle.lock().expect("not poisoned").pop().expect("a permit stands for an idle connection");
-        let answer = conn.post(target, body).await;
+        let answer = conn.post(target, &target.path, body).await;
         self.idle.lock().expect("not poisoned").push(conn);
         answer
     }
