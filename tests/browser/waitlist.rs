@@ -56,12 +56,19 @@ async fn a_sold_out_person_joins_the_waiting_list_and_is_offered_a_freed_seat_wi
     assert!(offered.starts_with(&format!("A seat came free for you: seat {}, level A1.", row.slot)), "{offered}");
     assert!(offered.contains("Please pay by"), "{offered}");
     assert!(browser.find("#waitlist").await.text().await.is_empty(), "the join button goes once answered");
-    assert_eq!(browser.eval("return document.activeElement.id;", json!([])).await, "result", "focus moves to the answer");
+    assert_eq!(
+        browser.eval("return document.activeElement.id;", json!([])).await,
+        "result",
+        "focus moves to the answer"
+    );
 
     let sent = browser.eval("return window.sentBodies;", json!([])).await;
     let sent = sent.as_array().unwrap();
     assert!(sent.len() >= 2, "the page polls the list: {sent:?}");
-    assert!(sent.iter().all(|b| b["nonce"] == sent[0]["nonce"] && b["code"] == "CODE-00004" && b["level"] == "A1"), "{sent:?}");
+    assert!(
+        sent.iter().all(|b| b["nonce"] == sent[0]["nonce"] && b["code"] == "CODE-00004" && b["level"] == "A1"),
+        "{sent:?}"
+    );
     assert_eq!(row.nonce.as_str(), sent[0]["nonce"].as_str().unwrap());
     app.assert_invariants().await;
 }
