@@ -13,4 +13,5 @@ mod dashboard;
 mod draw;
 mod languages;
 mod pages;
+mod waitlist;
 mod webdriver;
