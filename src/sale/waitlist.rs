@@ -77,8 +77,15 @@ impl Sale {
             JoinReply::Waiting { level, position } => Ok(Joined::Waiting { level, position }),
             JoinReply::Admitted => self.book(req).await.map(Joined::Booked),
             JoinReply::AlreadyAdmitted => {
-                let seat = self.code_row(&view, &req.code).await.ok().flatten().filter(|r| r.holds_seat());
-                Err(Refusal::AlreadyAdmitted(seat.map(|r| r.seat())))
+                let row = self.code_row(&view, &req.code).await.ok().flatten().filter(|r| r.holds_seat());
+                match row {
+                    // Redis holds another record for the code, the database this nonce's seat
+                    // (an offer a promotion lost, then a record restored or written beside it).
+                    Some(row) if row.nonce == req.nonce && self.heals() => {
+                        self.answer_from_database(&view, row).await.map(Joined::Booked)
+                    }
+                    row => Err(Refusal::AlreadyAdmitted(row.map(|r| r.seat()))),
+                }
             }
             JoinReply::Outside(OutsideWindow::NotOpen) => Err(Refusal::NotOpen),
             JoinReply::Outside(OutsideWindow::Closed) => Err(Refusal::Closed),
