@@ -567,7 +567,8 @@ fn model_scripts_decide_as_the_lua_scripts_do() {
         assert_eq!(after, model, "{}: keyspaces differ", context());
     }
     println!("{CASES} cases ({batches} batches of admits), seed {seed:#x}, release.lua counts syncs: {release_counts_syncs}; outcomes: {seen:?}");
-    assert!(batches > CASES / 20, "too few batches of admits: {batches}");
+    // A floor, not a figure: the seed varies per run and 140 of 3,000 was seen once (CI-sized suite).
+    assert!(batches > CASES / 30, "too few batches of admits: {batches}");
     // Every decision of every script is exercised, not only the common ones.
     assert!(seen.len() >= 12, "too few distinct outcomes: {seen:?}");
 }
