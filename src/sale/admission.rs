@@ -179,6 +179,17 @@ impl Sale {
                 return Err(Refusal::Retry("the event is not loaded in Redis"));
             }
         };
+        self.refusal_checked(view, req, final_refusal).await
+    }
+
+    /// A refusal (`None`: the code holds a seat with another nonce) made final only after one
+    /// indexed read of the code's row: the seat this very attempt holds is the answer instead.
+    pub(super) async fn refusal_checked(
+        &self,
+        view: &EventView,
+        req: &BookingRequest,
+        final_refusal: Option<Refusal>,
+    ) -> Result<Booked, Refusal> {
         // One indexed read of the code's row before a refusal is final: a retry whose record
         // Redis lost (a promoted replica that missed it, before the heal) is refused by Redis's
         // counters or window although the database holds its seat. That seat is its answer.
@@ -218,7 +229,7 @@ impl Sale {
     }
 
     /// The code's row, when it holds a seat for this very attempt (this nonce).
-    pub(super) async fn attempt_row(
+    async fn attempt_row(
         &self,
         view: &EventView,
         req: &BookingRequest,
@@ -229,11 +240,7 @@ impl Sale {
     /// The database holds this attempt's seat while Redis refused it: Redis lost the attempt's
     /// record. The seat is the answer, as for any retry (unless its hold ran out), and the event
     /// is healed (docs/design.md#a-final-refusal-is-checked-against-the-database).
-    pub(super) async fn answer_from_database(
-        &self,
-        view: &EventView,
-        row: crate::store::BookingRow,
-    ) -> Result<Booked, Refusal> {
+    async fn answer_from_database(&self, view: &EventView, row: crate::store::BookingRow) -> Result<Booked, Refusal> {
         Stats::bump(&self.stats.refusals_answered_from_database);
         self.heal_wanted.want(&view.id);
         let clock_ms = self.store.clock_ms().await.map_err(|_| Refusal::Retry("database unavailable"))?;

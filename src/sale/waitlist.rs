@@ -76,45 +76,20 @@ impl Sale {
         match reply {
             JoinReply::Waiting { level, position } => Ok(Joined::Waiting { level, position }),
             JoinReply::Admitted => self.book(req).await.map(Joined::Booked),
-            JoinReply::AlreadyAdmitted => {
-                let row = self.code_row(&view, &req.code).await.ok().flatten().filter(|r| r.holds_seat());
-                match row {
-                    // Redis holds another record for the code, the database this nonce's seat
-                    // (an offer a promotion lost, then a record restored or written beside it).
-                    Some(row) if row.nonce == req.nonce && self.heals() => {
-                        self.answer_from_database(&view, row).await.map(Joined::Booked)
-                    }
-                    row => Err(Refusal::AlreadyAdmitted(row.map(|r| r.seat()))),
-                }
-            }
+            // Final refusals are checked against the database as a booking's are
+            // (docs/design.md#a-final-refusal-is-checked-against-the-database): a promotion that
+            // lost a seat offered to this nonce lost the waiter's entry with it.
+            JoinReply::AlreadyAdmitted => self.refusal_checked(&view, req, None).await.map(Joined::Booked),
             JoinReply::Outside(OutsideWindow::NotOpen) => Err(Refusal::NotOpen),
             JoinReply::Outside(OutsideWindow::Closed) => Err(Refusal::Closed),
             JoinReply::Outside(OutsideWindow::NotLoaded) => {
                 self.heal_wanted.want(&view.id);
                 Err(Refusal::Retry("the event is not loaded in Redis"))
             }
-            JoinReply::SeatsAvailable => self.unless_offered(&view, req, Refusal::SeatsAvailable).await,
-            JoinReply::Full => self.unless_offered(&view, req, Refusal::WaitlistFull).await,
-        }
-    }
-
-    /// A final refusal of the list is checked against the database, as a booking's is
-    /// (docs/design.md#a-final-refusal-is-checked-against-the-database): a promoted replica that
-    /// lost the seat offered to this nonce lost the waiter's entry with it, so Redis sees a code
-    /// that neither waits nor holds, and a level with the lost seat free. The database's seat is
-    /// the answer, not "book instead". Found by the fault runner's waiters under `rack`.
-    async fn unless_offered(
-        &self,
-        view: &crate::sale::catalog::EventView,
-        req: &BookingRequest,
-        refusal: Refusal,
-    ) -> Result<Joined, Refusal> {
-        if !self.heals() {
-            return Err(refusal);
-        }
-        match self.attempt_row(view, req).await? {
-            Some(row) => self.answer_from_database(view, row).await.map(Joined::Booked),
-            None => Err(refusal),
+            JoinReply::SeatsAvailable => {
+                self.refusal_checked(&view, req, Some(Refusal::SeatsAvailable)).await.map(Joined::Booked)
+            }
+            JoinReply::Full => self.refusal_checked(&view, req, Some(Refusal::WaitlistFull)).await.map(Joined::Booked),
         }
     }
 
