@@ -15,14 +15,15 @@
 -- KEYS[7] {ev:ID}:waitq    zset    "LEVEL SEQ CODE-HASH", the waiting list (lua/with_offer.lua)
 -- KEYS[8] {ev:ID}:waiters  hash    code hash -> "nonce level seq joined-ms"
 -- KEYS[9] {ev:ID}:allow    set     code hashes allowed to book
+-- KEYS[10] {ev:ID}:cap     hash    level -> cap
 -- ARGV[1] code hash
 -- ARGV[2] nonce
 -- ARGV[3] admission id
--- ARGV[4] optional: a fresh admission id for the offer of the freed seat to its level's first
---         waiter (without it, KEYS[6..9] are not read and the seat goes back to the pool)
+-- ARGV[4] optional: a fresh admission id for the offer of the room made to the first waiter of a
+--         level with room (without it, KEYS[6..10] are not read and the seat stays in the pool)
 -- Returns 1 when the seat went back to the pool, 0 when nothing changed, or the offer
--- {code hash, nonce, admission id, slot, level, admitted-ms, joined-ms} when it went to a waiter
--- (docs/design.md#the-waiting-list): the caller books it as a retry of the waiter's nonce.
+-- {code hash, nonce, admission id, slot, level, admitted-ms, joined-ms} when the room went to a
+-- waiter (docs/design.md#the-waiting-list): the caller books it as a retry of the waiter's nonce.
 --
 -- Every call writes (the INCR), so the WAIT that follows on the same connection covers this
 -- connection's latest write even when an earlier run (whose WAIT fell short) already deleted the
@@ -38,13 +39,10 @@ local nonce, admission, slot, level = string.match(record, '^(%S+) (%S+) (%d+) (
 if nonce ~= ARGV[2] or admission ~= ARGV[3] then
   return 0
 end
-local offer = ARGV[4]
-  and offer_seat({adm = KEYS[1], pending = KEYS[4], meta = KEYS[6], waitq = KEYS[7], waiters = KEYS[8], allow = KEYS[9]}, level, slot, ARGV[4])
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
-if offer then
-  return offer
-end
 redis.call('ZADD', KEYS[3], slot, slot)
 redis.call('HINCRBY', KEYS[2], level, -1)
-return 1
+local offers = ARGV[4] and offer_room({adm = KEYS[1], pending = KEYS[4], meta = KEYS[6], waitq = KEYS[7],
+  waiters = KEYS[8], allow = KEYS[9], cap = KEYS[10], taken = KEYS[2], free = KEYS[3]}, {ARGV[4]}) or {}
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+return offers[1] or 1

@@ -18,14 +18,17 @@
 -- KEYS[6] {ev:ID}:waitq    zset  "LEVEL SEQ CODE-HASH", the waiting list (lua/with_offer.lua)
 -- KEYS[7] {ev:ID}:waiters  hash  code hash -> "nonce level seq joined-ms"
 -- KEYS[8] {ev:ID}:allow    set   code hashes allowed to book
+-- KEYS[9] {ev:ID}:cap      hash  level -> cap
 -- ARGV[4] optional: "seat-held" when the database says another booking holds this seat (Redis
 --         lost that booking's record); the seat then stays out of the pool instead of being
---         handed out again (nor offered), and `reconcile` restores the lost record and count.
---         Anything else ("free") frees the seat.
--- ARGV[5] optional: a fresh admission id for the offer of the freed seat to its level's first
---         waiter (without it, KEYS[5..8] are not read and the seat goes back to the pool)
+--         handed out again, and `reconcile` restores the lost record and count. Anything else
+--         ("free") frees the seat.
+-- ARGV[5] optional: a fresh admission id for the offer of the room made to the first waiter of a
+--         level with room (without it, KEYS[5..9] are not read and the seat stays in the pool).
+--         A `seat-held` undo makes room too: its level's count comes down, and with event-wide
+--         numbering a seat elsewhere in the pool may then be that level's.
 -- Returns 1 when the admission was undone, 0 when nothing changed, or the offer
--- {code hash, nonce, admission id, slot, level, admitted-ms, joined-ms} when the seat went to a
+-- {code hash, nonce, admission id, slot, level, admitted-ms, joined-ms} when the room went to a
 -- waiter (docs/design.md#the-waiting-list).
 
 local record = redis.call('HGET', KEYS[1], ARGV[1])
@@ -39,15 +42,12 @@ end
 if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
   return 0
 end
-local offer = ARGV[4] ~= 'seat-held' and ARGV[5]
-  and offer_seat({adm = KEYS[1], pending = KEYS[4], meta = KEYS[5], waitq = KEYS[6], waiters = KEYS[7], allow = KEYS[8]}, level, slot, ARGV[5])
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
-if offer then
-  return offer
-end
 if ARGV[4] ~= 'seat-held' then
   redis.call('ZADD', KEYS[3], slot, slot)
 end
 redis.call('HINCRBY', KEYS[2], level, -1)
-return 1
+local offers = ARGV[5] and offer_room({adm = KEYS[1], pending = KEYS[4], meta = KEYS[5], waitq = KEYS[6],
+  waiters = KEYS[7], allow = KEYS[8], cap = KEYS[9], taken = KEYS[2], free = KEYS[3]}, {ARGV[5]}) or {}
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+return offers[1] or 1

@@ -84,6 +84,12 @@ impl EventKeys {
         }
     }
 
+    /// The keys lua/with_offer.lua reads beside a script's own, in the order the scripts that
+    /// splice it take them: meta, waitq, waiters, allow, cap.
+    pub fn offer_keys(&self) -> [&str; 5] {
+        [&self.meta, &self.waitq, &self.waiters, &self.allow, &self.cap]
+    }
+
     /// Where one `open` run builds a key before the atomic switch renames it into place; `run`
     /// is unique per run, so two runs never stage into the same key.
     pub fn staged(key: &str, run: &str) -> String {

@@ -96,7 +96,7 @@ impl Scripts {
             release: Script::new(with_offer(include_str!("../../lua/release.lua"))),
             persisted: Script::new(include_str!("../../lua/persisted.lua")),
             heal: Script::new(include_str!("../../lua/heal.lua")),
-            heal_seats: Script::new(include_str!("../../lua/heal_seats.lua")),
+            heal_seats: Script::new(with_offer(include_str!("../../lua/heal_seats.lua"))),
             waitlist: Script::new(include_str!("../../lua/waitlist.lua")),
         }
     }
@@ -135,43 +135,46 @@ impl Scripts {
         self.admit.call(&[&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending, &keys.meta], &args)
     }
 
-    /// The guarded undo of one admission (only while it is pending); the freed seat goes to its
-    /// level's first waiter if there is one (reply: [`decode_freed`]).
+    /// The guarded undo of one admission (only while it is pending); the room it makes goes to
+    /// the first waiter of a level with room, if there is one (reply: [`decode_freed`]).
     pub fn undo_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
-        let offer = fresh_admission_id();
-        self.undo.call(
-            &[&keys.adm, &keys.taken, &keys.free, &keys.pending, &keys.meta, &keys.waitq, &keys.waiters, &keys.allow],
-            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id, "free", &offer],
-        )
-    }
-
-    /// The guarded release of one admission (any state that holds a seat); the freed seat goes
-    /// to its level's first waiter if there is one (reply: [`decode_freed`]).
-    pub fn release_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
-        let offer = fresh_admission_id();
-        self.release.call(
-            &[
-                &keys.adm,
-                &keys.taken,
-                &keys.free,
-                &keys.pending,
-                &keys.syncs,
-                &keys.meta,
-                &keys.waitq,
-                &keys.waiters,
-                &keys.allow,
-            ],
-            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id, &offer],
-        )
+        self.undo_with(keys, admission, "free")
     }
 
     /// The undo for an admission whose seat the database says another booking holds: the seat
-    /// stays out of the pool and is offered to nobody.
+    /// stays out of the pool; the level's count comes down, and the room that makes (with
+    /// event-wide numbering, a seat elsewhere in the pool) goes to the list.
     pub fn undo_seat_held_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
-        self.undo.call(
-            &[&keys.adm, &keys.taken, &keys.free, &keys.pending],
-            &[admission.code.as_str(), admission.nonce.as_str(), &admission.id, "seat-held"],
-        )
+        self.undo_with(keys, admission, "seat-held")
+    }
+
+    fn undo_with(&self, keys: &EventKeys, admission: &Admission, seat: &str) -> Cmd {
+        let offer = fresh_admission_id();
+        let mut names = vec![keys.adm.as_str(), &keys.taken, &keys.free, &keys.pending];
+        names.extend(keys.offer_keys());
+        self.undo.call(&names, &[admission.code.as_str(), admission.nonce.as_str(), &admission.id, seat, &offer])
+    }
+
+    /// The guarded release of one admission (any state that holds a seat); the room it makes
+    /// goes to the first waiter of a level with room, if there is one (reply: [`decode_freed`]).
+    pub fn release_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
+        let offer = fresh_admission_id();
+        let mut names = vec![keys.adm.as_str(), &keys.taken, &keys.free, &keys.pending, &keys.syncs];
+        names.extend(keys.offer_keys());
+        self.release.call(&names, &[admission.code.as_str(), admission.nonce.as_str(), &admission.id, &offer])
+    }
+
+    /// heal_seats.lua for `seats` under the operator lock `owner`, with an admission id for each
+    /// offer the seats returned may make (reply: [`decode_returned`]).
+    pub fn heal_seats_call(&self, keys: &EventKeys, owner: &str, seats: &[String]) -> Cmd {
+        let ids: Vec<String> = seats.iter().map(|_| fresh_admission_id()).collect();
+        let mut names = vec![keys.adm.as_str(), &keys.free, &keys.lock, &keys.moves, &keys.pending];
+        names.extend(keys.offer_keys());
+        names.push(&keys.taken);
+        let mut args = vec![owner];
+        args.extend(seats.iter().map(String::as_str));
+        args.extend(ids.iter().map(String::as_str));
+        self.heal_seats.call(&names, &args)
     }
 
     /// A join of the waiting list, or its position (reply: [`JoinReply::decode`]).
@@ -395,29 +398,57 @@ impl Freed {
     }
 }
 
-/// Decodes the reply of release.lua and undo.lua.
+/// Decodes the reply of release.lua, undo.lua and move_settle.lua.
 pub fn decode_freed(value: Value) -> Result<Freed, ReplyError> {
     match value {
         Value::Int(0) => Ok(Freed::Unchanged),
         Value::Int(1) => Ok(Freed::ToPool),
-        Value::Array(ref items) if items.len() == 7 => {
-            let offer = (|| {
-                let code = CodeHash::from_hex(&text(&items[0])?)?;
-                let nonce = Nonce::parse(&text(&items[1])?)?;
-                let admission = Admission {
-                    code,
-                    nonce,
-                    id: text(&items[2])?,
-                    slot: int(&items[3]).filter(|s| *s >= 1)?,
-                    level: text(&items[4])?,
-                    admitted_ms: int(&items[5])?,
-                };
-                Some(Offer { admission, joined_ms: int(&items[6])? })
+        Value::Array(ref items) => decode_offer(items).map(Freed::Offered).ok_or(ReplyError::Unexpected(value)),
+        other => Err(ReplyError::Unexpected(other)),
+    }
+}
+
+/// What heal_seats.lua returned: the seats it put back, and the offers their room made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Returned {
+    pub seats: usize,
+    pub offers: Vec<Offer>,
+}
+
+/// Decodes the reply of heal_seats.lua; None when the lock was not the run's (-1).
+pub fn decode_returned(value: Value) -> Result<Option<Returned>, ReplyError> {
+    match value {
+        Value::Int(-1) => Ok(None),
+        Value::Array(ref items) if !items.is_empty() => {
+            let returned = (|| {
+                let seats = usize::try_from(int(&items[0])?).ok()?;
+                let offers = items[1..]
+                    .iter()
+                    .map(|o| match o {
+                        Value::Array(o) => decode_offer(o),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                Some(Returned { seats, offers })
             })();
-            offer.map(Freed::Offered).ok_or(ReplyError::Unexpected(value))
+            returned.map(Some).ok_or(ReplyError::Unexpected(value))
         }
         other => Err(ReplyError::Unexpected(other)),
     }
+}
+
+/// One offer as lua/with_offer.lua returns it.
+fn decode_offer(items: &[Value]) -> Option<Offer> {
+    let [code, nonce, id, slot, level, admitted_ms, joined_ms] = items else { return None };
+    let admission = Admission {
+        code: CodeHash::from_hex(&text(code)?)?,
+        nonce: Nonce::parse(&text(nonce)?)?,
+        id: text(id)?,
+        slot: int(slot).filter(|s| *s >= 1)?,
+        level: text(level)?,
+        admitted_ms: int(admitted_ms)?,
+    };
+    Some(Offer { admission, joined_ms: int(joined_ms)? })
 }
 
 /// What the waiting list's script decided (`lua/waitlist.lua`).

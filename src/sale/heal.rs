@@ -181,7 +181,7 @@ impl Sale {
         }
         report.restored = restored.len();
         report.seats_returned =
-            self.return_leaked_seats(conn, &keys, lock, stored.spec.total_seats, &side, &holders).await?;
+            self.return_leaked_seats(conn, id, lock, stored.spec.total_seats, &side, &holders).await?;
         if !restored.is_empty() {
             self.heal_wait(conn).await;
             // A release that committed after the read above ran its script before heal.lua
@@ -211,7 +211,7 @@ impl Sale {
     async fn return_leaked_seats(
         &self,
         conn: &mut MultiplexedConnection,
-        keys: &EventKeys,
+        event: &EventId,
         lock: &OperatorLock,
         total_seats: i64,
         side: &RedisSide,
@@ -232,13 +232,16 @@ impl Sale {
         }
         let mut returned = 0;
         for chunk in leaked.chunks(HEAL_CHUNK) {
-            let mut args: Vec<&str> = vec![lock.owner()];
-            args.extend(chunk.iter().map(String::as_str));
-            let call = self.scripts.heal_seats.call(&[&keys.adm, &keys.free, &keys.lock, &keys.moves], &args);
-            match crate::redis_io::scripts::run(conn, &self.scripts.heal_seats, &call).await? {
-                redis::Value::Int(-1) => anyhow::bail!("the heal lost the operator lock"),
-                redis::Value::Int(n) => returned += n as usize,
-                other => anyhow::bail!("heal_seats.lua answered {other:?}"),
+            let call = self.scripts.heal_seats_call(&EventKeys::new(event), lock.owner(), chunk);
+            let reply = crate::redis_io::scripts::run(conn, &self.scripts.heal_seats, &call).await?;
+            match crate::redis_io::scripts::decode_returned(reply)? {
+                None => anyhow::bail!("the heal lost the operator lock"),
+                Some(back) => {
+                    returned += back.seats;
+                    for offer in back.offers {
+                        self.offer_made(event, offer);
+                    }
+                }
             }
         }
         Ok(returned)

@@ -27,7 +27,8 @@ use redis::{RedisError, Value};
 use std::sync::LazyLock;
 
 static MOVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/move.lua")));
-static MOVE_SETTLE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/move_settle.lua")));
+static MOVE_SETTLE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(scripts::with_offer(include_str!("../../lua/move_settle.lua"))));
 
 /// Markers settled per event per pass.
 const SETTLE_BATCH_MAX: isize = 500;
@@ -99,7 +100,7 @@ impl Sale {
         let written = self.store.move_booking(event, code, &row.admission_id, &move_id, &from, &to).await;
         let refusal = match written {
             Ok(MoveWrite::Moved) => {
-                self.settle_move(&view.keys, code, &move_id, MoveClaim::Done).await;
+                self.settle_move(event, &view.keys, code, &move_id, MoveClaim::Done).await;
                 return self.store.booking(event, code).await?.ok_or(MoveError::NotFound);
             }
             Ok(MoveWrite::LevelFull) => MoveError::Refused(Refusal::LevelFull),
@@ -167,7 +168,7 @@ impl Sale {
     async fn give_up(&self, event: &EventId, keys: &EventKeys, code: &CodeHash, move_id: &str) -> Option<MoveClaim> {
         match self.store.claim_move(event, move_id).await {
             Ok(claim) => {
-                self.settle_move(keys, code, move_id, claim).await;
+                self.settle_move(event, keys, code, move_id, claim).await;
                 Some(claim)
             }
             Err(e) => {
@@ -177,17 +178,24 @@ impl Sale {
         }
     }
 
-    /// `lua/move_settle.lua`. A failure leaves the marker for the background pass.
-    async fn settle_move(&self, keys: &EventKeys, code: &CodeHash, move_id: &str, claim: MoveClaim) {
-        let keys_ = [&keys.adm, &keys.taken, &keys.free, &keys.moves, &keys.moving].map(String::as_str);
+    /// `lua/move_settle.lua`; the room the freed seat makes goes to the waiting list in the same
+    /// script. A failure leaves the marker for the background pass.
+    async fn settle_move(&self, event: &EventId, keys: &EventKeys, code: &CodeHash, move_id: &str, claim: MoveClaim) {
+        let mut keys_ = vec![keys.adm.as_str(), &keys.taken, &keys.free, &keys.moves, &keys.moving, &keys.pending];
+        keys_.extend(keys.offer_keys());
         let outcome = match claim {
             MoveClaim::Done => "done",
             MoveClaim::Aborted => "aborted",
         };
-        if let Err(e) =
-            self.run_script(&MOVE_SETTLE, MOVE_SETTLE.call(&keys_, &[code.as_str(), move_id, outcome])).await
+        let offer = scripts::fresh_admission_id();
+        match self.run_script(&MOVE_SETTLE, MOVE_SETTLE.call(&keys_, &[code.as_str(), move_id, outcome, &offer])).await
         {
-            tracing::warn!(error = %e, "cannot settle a move in Redis now; the background pass will");
+            Ok(reply) => match scripts::decode_freed(reply) {
+                Ok(scripts::Freed::Offered(offer)) => self.offer_made(event, offer),
+                Ok(_) => {}
+                Err(e) => tracing::error!(%event, error = %e, "move_settle.lua answered unexpectedly"),
+            },
+            Err(e) => tracing::warn!(error = %e, "cannot settle a move in Redis now; the background pass will"),
         }
     }
 
@@ -222,7 +230,7 @@ impl Sale {
                     continue;
                 };
                 let claim = self.store.claim_move(&event, move_id).await?;
-                self.settle_move(&keys, &code, move_id, claim).await;
+                self.settle_move(&event, &keys, &code, move_id, claim).await;
                 tracing::info!(%event, ?claim, "settled a move left behind");
                 settled += 1;
             }

@@ -194,6 +194,35 @@ async fn a_seat_nobody_holds_goes_back_to_the_pool() {
     }
 }
 
+/// The seat the heal returns makes room as a release does: heal_seats.lua offers it to the first
+/// waiter in the same script (docs/design.md#the-waiting-list), so a refresher never gets it.
+#[tokio::test]
+async fn a_seat_the_heal_returns_goes_to_the_first_waiter() {
+    let app = spawn_app(AppOptions { seats: 2, levels: vec![("A1", 2)], ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("w")).await.status, 201);
+    assert_eq!(app.book("CODE-00002", "A1", &nonce("w")).await.status, 201);
+    let waiter = nonce("q");
+    assert_eq!(app.wait("CODE-00003", "A1", &waiter).await.status, 202, "sold out: it waits");
+    let w = row(&app, "CODE-00001").await;
+    lose_admission(&app, &w);
+    app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.free).arg(w.slot));
+    assert_eq!(app.operator("CODE-00001", "cancel", Some(OPERATOR_TOKEN)).await.status, 200);
+    let Healed::Done(report) = app.sale.heal_event(&app.event).await.unwrap() else { panic!("healed") };
+    assert_eq!(report.seats_returned, 1, "{report:?}");
+    assert_ne!(app.book("CODE-00004", "A1", &nonce("r")).await.status, 201, "the refresher does not get it");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let offered = loop {
+        let answer = app.wait("CODE-00003", "A1", &waiter).await;
+        if answer.status != 202 || Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!((offered.status, offered.body["slot"].as_i64()), (201, Some(w.slot)), "{:?}", offered.body);
+    assert_eq!(app.sale.drain(&app.event, Duration::from_secs(10)).await.unwrap(), 0);
+    app.assert_invariants().await;
+}
+
 /// Issue 29 item 3: a booking's write stalls behind a lock; meanwhile Redis is wiped and a
 /// rebuilding `open` reads the holders (without it) and switches in; then the write lands. Its
 /// seat is free in Redis while the database holds it. The mark after the write finds the fresh

@@ -470,3 +470,53 @@ async fn a_waiter_whose_offer_a_promotion_lost_gets_the_seat_from_the_database()
     let other = app.wait("CODE-00004", "A1", &nonce("x")).await;
     assert_eq!(other.status_str(), "seats_available", "a code the database holds nothing for is told to book");
 }
+
+/// With event-wide numbering a seat freed in one level is anyone's: it goes to the first waiter
+/// of a level with room, here another level's (the event sold out while its own level had room).
+#[tokio::test]
+async fn a_seat_freed_in_one_level_goes_to_another_levels_waiter() {
+    let app = spawn_app(AppOptions { seats: 1, levels: vec![("A1", 1), ("B1", 1)], ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    let full = app.book("CODE-00002", "B1", &nonce("b")).await;
+    assert_eq!(full.status_str(), "sold_out", "{:?}", full.body);
+    let w = nonce("w");
+    assert_eq!(app.wait("CODE-00002", "B1", &w).await.status, 202);
+    cancel(&app, "CODE-00001").await;
+    let offered = poll_until_offered(&app, "CODE-00002", "B1", &w).await;
+    assert_eq!(offered.status, 201, "the freed A1 seat went to B1's waiter: {:?}", offered.body);
+    assert_eq!((offered.body["level"].as_str(), offered.body["slot"].as_i64()), (Some("B1"), Some(1)));
+    let refresher = app.book("CODE-00003", "A1", &nonce("r")).await;
+    assert_eq!(refresher.status_str(), "sold_out", "{:?}", refresher.body);
+    let redis = app.redis_state();
+    assert_eq!((redis.taken["A1"], redis.taken["B1"]), (0, 1), "the count moved with the seat");
+    assert_eq!(app.sale.drain(&app.event, Duration::from_secs(10)).await.unwrap(), 0);
+    app.assert_invariants().await;
+}
+
+/// The seat a move leaves makes room in its old level: move_settle.lua offers it to that level's
+/// first waiter in the same script, and no refresher gets it.
+#[tokio::test]
+async fn the_seat_a_move_leaves_goes_to_the_first_waiter() {
+    let app = spawn_app(AppOptions { seats: 2, levels: vec![("A1", 1), ("B1", 1)], ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    let w = nonce("w");
+    let joined = app.wait("CODE-00002", "A1", &w).await;
+    assert_eq!((joined.status, joined.status_str()), (202, "waiting"), "A1 is at its cap: {:?}", joined.body);
+    let moved = app
+        .client
+        .post(format!("{}/api/events/{EVENT}/bookings/CODE-00001/move", app.url))
+        .header("content-type", "application/json")
+        .bearer_auth(OPERATOR_TOKEN)
+        .body(serde_json::json!({ "level": "B1" }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(moved.status(), 200);
+    let refresher = app.book("CODE-00003", "A1", &nonce("r")).await;
+    assert_ne!(refresher.status, 201, "the old seat is the waiter's: {:?}", refresher.body);
+    let offered = poll_until_offered(&app, "CODE-00002", "A1", &w).await;
+    assert_eq!(offered.status, 201, "{:?}", offered.body);
+    assert_eq!((offered.body["level"].as_str(), offered.body["slot"].as_i64()), (Some("A1"), Some(1)));
+    assert_eq!(app.sale.drain(&app.event, Duration::from_secs(10)).await.unwrap(), 0);
+    app.assert_invariants().await;
+}

@@ -9,6 +9,7 @@ mod draw;
 mod heal;
 mod heal_checks;
 mod lua_match;
+mod offer_match;
 mod properties;
 mod protocol;
 mod replication;
