@@ -199,7 +199,7 @@ impl Sale {
         }
         if stored.state == "closed" && state != "closed" {
             let script = crate::redis_io::scripts::Script::new(include_str!("../../lua/close.lua"));
-            let call = script.call(&[&keys.meta, &keys.lock], &[lock.owner()]);
+            let call = script.call(&[&keys.meta, &keys.lock, &keys.waitq, &keys.waiters], &[lock.owner()]);
             let closed: i64 = crate::redis_io::scripts::run_as(conn, &script, &call).await?;
             report.closed = closed == 1;
         }

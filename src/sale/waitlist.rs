@@ -11,14 +11,16 @@
 //! the seat to the next waiter.
 
 use crate::domain::event::EventId;
-use crate::redis_io::scripts::{self, JoinReply, Offer, OutsideWindow};
+use crate::redis_io::scripts::{self, JoinReply, Offer, OutsideWindow, Script};
 use crate::sale::booking::{Booked, BookingRequest, Refusal};
 use crate::sale::committer::{AdmitCall, Committed};
 use crate::sale::stats::Stats;
 use crate::sale::Sale;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use tokio::sync::{mpsc, Mutex};
+
+static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/waitlist_leave.lua")));
 
 /// Most candidates one event's list holds unless `--waitlist-max` says otherwise.
 pub const WAITERS_MAX_DEFAULT: usize = 10_000;
@@ -63,7 +65,10 @@ impl Sale {
         if crate::domain::event::LevelName::parse(&req.level).is_none_or(|l| !view.levels.contains_key(&l)) {
             return Err(Refusal::UnknownLevel(req.level.clone()));
         }
-        if self.gate(&view, req).await?.is_some() {
+        if let Some(refusal) = self.gate(&view, req).await? {
+            if refusal == Refusal::Closed {
+                return self.leave_closed(&view, req).await;
+            }
             // Refused unless it is a retry of this nonce's seat: the booking path judges both.
             return self.book(req).await.map(Joined::Booked);
         }
@@ -81,7 +86,7 @@ impl Sale {
             // lost a seat offered to this nonce lost the waiter's entry with it.
             JoinReply::AlreadyAdmitted => self.refusal_checked(&view, req, None).await.map(Joined::Booked),
             JoinReply::Outside(OutsideWindow::NotOpen) => Err(Refusal::NotOpen),
-            JoinReply::Outside(OutsideWindow::Closed) => Err(Refusal::Closed),
+            JoinReply::Outside(OutsideWindow::Closed) => self.leave_closed(&view, req).await,
             JoinReply::Outside(OutsideWindow::NotLoaded) => {
                 self.heal_wanted.want(&view.id);
                 Err(Refusal::Retry("the event is not loaded in Redis"))
@@ -91,6 +96,37 @@ impl Sale {
             }
             JoinReply::Full => self.refusal_checked(&view, req, Some(Refusal::WaitlistFull)).await.map(Joined::Booked),
         }
+    }
+
+    /// A waiter answered `closed` leaves the list first (`lua/waitlist_leave.lua`, acknowledged by
+    /// a replica), so the answer is final: no offer can name it after an `open` that follows the
+    /// `close`, nor after a promotion. Then the booking
+    /// path answers: a seat offered to this nonce before the leave (in Redis, or in the database
+    /// when Redis lost it), else `closed`.
+    async fn leave_closed(
+        &self,
+        view: &crate::sale::catalog::EventView,
+        req: &BookingRequest,
+    ) -> Result<Joined, Refusal> {
+        let keys = &view.keys;
+        let call = LEAVE.call(&[&keys.adm, &keys.waitq, &keys.waiters], &[req.code.as_str(), req.nonce.as_str()]);
+        let mut conn = self.link.shared().await.map_err(|e| self.redis_failed(e))?;
+        scripts::run(&mut conn, &LEAVE, &call).await.map_err(|e| self.redis_failed(e))?;
+        // A promotion that lost the leave would put the entry back, and a seat would be offered
+        // to a candidate told the sale is over: `closed` is final only once a replica has it.
+        let ack = self.settings.ack;
+        if ack.replicas > 0 {
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(ack.replicas)
+                .arg(ack.timeout.as_millis() as u64)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.redis_failed(e))?;
+            if acked < i64::from(ack.replicas) {
+                return Err(Refusal::Retry("replica acknowledgement fell short"));
+            }
+        }
+        self.book(req).await.map(Joined::Booked)
     }
 
     /// Hands an offer a script made to [`Sale::run_offers`]. A full queue leaves it pending:

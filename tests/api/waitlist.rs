@@ -188,6 +188,17 @@ async fn the_list_closes_with_the_sale() {
     assert_eq!(app.sale.drain(&app.event, Duration::from_secs(10)).await.unwrap(), 0);
     let waiter = app.wait("CODE-00002", "A1", &w).await;
     assert_eq!(waiter.status_str(), "closed", "no offer once the sale is closed: {:?}", waiter.body);
+    assert_eq!(app.redis::<i64>(redis::cmd("ZCARD").arg(&app.keys.waitq)), 0, "close dropped the list");
+    app.assert_invariants().await;
+
+    // Opened again, the seat freed while closed is on sale: nobody waits for it, and the waiter
+    // told `closed` is offered nothing (it no longer asks).
+    seatrush::ops::loader::open_event(&mut app.sale.link().check().await.unwrap(), &app.store, &app.event)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.book("CODE-00004", "A1", &nonce("r")).await.status, 201, "the seat is on sale again");
+    assert!(app.store.booking(&app.event, &app.hash("CODE-00002")).await.unwrap().is_none());
     app.assert_invariants().await;
 }
 

@@ -20,6 +20,11 @@
 //! someone waits, taken by the refresher. The switch `offer_own_level_only` offers a freed seat to
 //! its own level's waiters alone (with_offer.lua before the CI-sized fault runs found it): with
 //! event-wide numbering the seat goes on sale while another level's waiter, who may have it,
+//! waits. The switch `closed_keeps_the_entry` answers a waiter's poll `closed` without
+//! waitlist_leave.lua: after an `open` again the seat is offered to a candidate already told the
+//! sale is over (what the CI-sized all-fault runs with waiters found next, through the operator
+//! round's `close` then `open`); `close_keeps_the_list` keeps the list through `close` (close.lua
+//! without its `DEL`): a seat freed while closed is on sale after the `open` while a waiter
 //! waits.
 
 use stateright::{Checker, HasDiscoveries, Model, Property};
@@ -44,6 +49,8 @@ struct Redis {
     free: u8,
     /// `{ev:ID}:waitq` of the level, in join order.
     waitq: Vec<u8>,
+    /// `close` ran (meta state `closed`), until an `open` again.
+    closed: bool,
 }
 
 impl Redis {
@@ -62,6 +69,10 @@ impl Redis {
     /// releasing code's, still there, among them) are dropped. `own_level`: the switch, only
     /// that level's waiters are looked at.
     fn offer(&mut self, id: u8, releasing: Option<usize>, own_level: Option<u8>) -> Option<(u8, u8)> {
+        // The list closes with the sale.
+        if self.closed {
+            return None;
+        }
         let counted = |r: &Redis, l: u8| r.taken(l) - u8::from(releasing.is_some_and(|c| LEVEL_OF[c] == l));
         let mut i = 0;
         while i < self.waitq.len() {
@@ -85,7 +96,7 @@ impl Redis {
     /// A waiter with no record whose level has room: the fourth invariant says no seat is then
     /// on sale.
     fn someone_waits(&self) -> bool {
-        self.waitq.iter().any(|w| self.adm[*w as usize].is_none() && self.room(LEVEL_OF[*w as usize]))
+        !self.closed && self.waitq.iter().any(|w| self.adm[*w as usize].is_none() && self.room(LEVEL_OF[*w as usize]))
     }
 }
 
@@ -140,6 +151,11 @@ pub struct WaitState {
     overtaken: bool,
     /// Ghost: a waiter's booking row came from an offer.
     offered_and_held: bool,
+    /// Ghost: the waiters answered `closed` (final: they ask no more).
+    told_closed: [bool; CODES],
+    /// Ghost: a seat offered to a waiter already answered `closed`.
+    offered_after_closed: bool,
+    closes: u8,
     next_admission: u8,
     cancels: u8,
     expiries: u8,
@@ -167,6 +183,13 @@ pub enum WaitAction {
     ReapFinish,
     /// With `offer_in_two_steps`: the offer after the free.
     OfferStep,
+    /// The operator's `close` (close.lua), and its `open` again (the fault runner's operator
+    /// round does both).
+    Close,
+    Reopen,
+    /// A waiter's poll answered `closed` (waitlist.lua's -6, or a gate's cached view or clock
+    /// that says closed while Redis is open again), then waitlist_leave.lua.
+    PollClosed(u8),
     Crash,
     Failover,
 }
@@ -175,6 +198,10 @@ pub enum WaitAction {
 pub struct WaitSwitches {
     pub offer_in_two_steps: bool,
     pub offer_own_level_only: bool,
+    /// A waiter answered `closed` keeps its entry (no waitlist_leave.lua).
+    closed_keeps_the_entry: bool,
+    /// `close` keeps the list (close.lua without its `DEL`).
+    close_keeps_the_list: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -185,6 +212,7 @@ pub struct WaitBounds {
     pub books: u8,
     pub crashes: u8,
     pub failovers: u8,
+    pub closes: u8,
 }
 
 pub struct WaitModel {
@@ -225,6 +253,7 @@ impl WaitState {
         self.primary.adm[releasing] = None;
         self.primary.pending[releasing] = false;
         if let Some((w, a)) = offered {
+            self.offered_after_closed |= self.told_closed[w as usize];
             self.flights.push(Flight { code: w, admission: a, stage: Stage::RetryAdmit, offer: true });
         }
     }
@@ -237,7 +266,7 @@ impl Model for WaitModel {
     fn init_states(&self) -> Vec<WaitState> {
         let mut adm = [None; CODES];
         adm[HOLDER] = Some(1);
-        let redis = Redis { adm, pending: [false; CODES], free: 0, waitq: Vec::new() };
+        let redis = Redis { adm, pending: [false; CODES], free: 0, waitq: Vec::new(), closed: false };
         let mut rows = [None; CODES];
         rows[HOLDER] = Some(Row { admission: 1, released: false });
         vec![WaitState {
@@ -253,6 +282,9 @@ impl Model for WaitModel {
             joined: [false; CODES],
             overtaken: false,
             offered_and_held: false,
+            told_closed: [false; CODES],
+            offered_after_closed: false,
+            closes: 0,
             next_admission: 2,
             cancels: 0,
             expiries: 0,
@@ -298,6 +330,19 @@ impl Model for WaitModel {
         if s.offers_due > 0 {
             actions.push(WaitAction::OfferStep);
         }
+        if s.closes < self.bounds.closes && !s.primary.closed {
+            actions.push(WaitAction::Close);
+        }
+        if s.primary.closed {
+            actions.push(WaitAction::Reopen);
+        }
+        if s.closes > 0 {
+            for w in &s.primary.waitq {
+                if s.primary.adm[*w as usize].is_none() && !s.told_closed[*w as usize] {
+                    actions.push(WaitAction::PollClosed(*w));
+                }
+            }
+        }
         if s.crashes < self.bounds.crashes && (!s.flights.is_empty() || s.reaping.is_some() || s.release_wait.is_some())
         {
             actions.push(WaitAction::Crash);
@@ -314,7 +359,7 @@ impl Model for WaitModel {
             WaitAction::Join(c) => {
                 // waitlist.lua: a code with a record, or a level with room, is refused.
                 let r = &mut n.primary;
-                if r.adm[c as usize].is_some() || r.room(LEVEL_OF[c as usize]) || r.waitq.contains(&c) {
+                if r.closed || r.adm[c as usize].is_some() || r.room(LEVEL_OF[c as usize]) || r.waitq.contains(&c) {
                     return None;
                 }
                 r.waitq.push(c);
@@ -322,7 +367,7 @@ impl Model for WaitModel {
             }
             WaitAction::Book(c) => {
                 // admit.lua: a fresh admission of the lowest free seat, under the level's cap.
-                if n.primary.adm[c as usize].is_some() || !n.primary.room(LEVEL_OF[c as usize]) {
+                if n.primary.closed || n.primary.adm[c as usize].is_some() || !n.primary.room(LEVEL_OF[c as usize]) {
                     return None;
                 }
                 n.overtaken |=
@@ -361,8 +406,27 @@ impl Model for WaitModel {
                 n.offers_due -= 1;
                 let id = n.fresh_admission();
                 if let Some((w, a)) = n.primary.offer(id, None, None) {
+                    n.offered_after_closed |= n.told_closed[w as usize];
                     n.flights.push(Flight { code: w, admission: a, stage: Stage::RetryAdmit, offer: true });
                 }
+            }
+            WaitAction::Close => {
+                n.primary.closed = true;
+                if !switches.close_keeps_the_list {
+                    n.primary.waitq.clear();
+                }
+                n.closes += 1;
+            }
+            WaitAction::Reopen => n.primary.closed = false,
+            WaitAction::PollClosed(w) => {
+                // waitlist_leave.lua, then its `WAIT`: the answer is `closed` only once a replica
+                // has the leave (short, a `503` and nothing told; the model leaves that out, as
+                // it changes nothing a later poll would not).
+                if !switches.closed_keeps_the_entry {
+                    n.primary.waitq.retain(|x| *x != w);
+                    n.replica = n.primary.clone();
+                }
+                n.told_closed[w as usize] = true;
             }
             WaitAction::Acked(i) => {
                 n.replica = n.primary.clone();
@@ -420,6 +484,9 @@ impl Model for WaitModel {
             Property::always("quiet, Redis and the database agree on who holds the seat", |_, s: &WaitState| {
                 !s.quiet()
                     || (0..CODES).all(|c| s.rows[c].filter(|r| !r.released).map(|r| r.admission) == s.primary.adm[c])
+            }),
+            Property::always("no seat is offered to a waiter answered closed", |_, s: &WaitState| {
+                !s.offered_after_closed
             }),
             Property::sometimes("a waiter holds an offered seat", |_, s: &WaitState| s.offered_and_held),
         ]
@@ -492,7 +559,7 @@ fn threads() -> usize {
 }
 
 fn bounds() -> WaitBounds {
-    WaitBounds { refresher_waits: false, expiries: 1, books: 1, crashes: 1, failovers: 1 }
+    WaitBounds { refresher_waits: false, expiries: 1, books: 1, crashes: 1, failovers: 1, closes: 1 }
 }
 
 #[test]
@@ -589,5 +656,41 @@ fn offer_own_level_only_puts_the_seat_on_sale_while_another_level_waits() {
         started.elapsed().as_secs_f64(),
         path.clone().into_actions().len()
     );
+    print_trace(path);
+}
+
+#[test]
+fn closed_keeps_the_entry_offers_a_seat_to_a_waiter_told_closed() {
+    let started = Instant::now();
+    let checker =
+        WaitModel { bounds: bounds(), switches: WaitSwitches { closed_keeps_the_entry: true, ..Default::default() } }
+            .checker()
+            .threads(1)
+            .finish_when(HasDiscoveries::AnyFailures)
+            .spawn_bfs()
+            .join();
+    let name = "no seat is offered to a waiter answered closed";
+    let path = checker.discovery(name).unwrap_or_else(|| panic!("closed_keeps_the_entry: no counterexample"));
+    println!(
+        "closed_keeps_the_entry: {} states, {:.1} s; counterexample to {name:?}, {} steps:",
+        checker.unique_state_count(),
+        started.elapsed().as_secs_f64(),
+        path.clone().into_actions().len()
+    );
+    print_trace(path);
+}
+
+#[test]
+fn close_keeps_the_list_puts_a_seat_freed_while_closed_on_sale_before_a_waiter() {
+    let checker =
+        WaitModel { bounds: bounds(), switches: WaitSwitches { close_keeps_the_list: true, ..Default::default() } }
+            .checker()
+            .threads(1)
+            .finish_when(HasDiscoveries::AnyFailures)
+            .spawn_bfs()
+            .join();
+    let name = "a seat is on sale only when nobody waits for it";
+    let path = checker.discovery(name).unwrap_or_else(|| panic!("close_keeps_the_list: no counterexample"));
+    println!("close_keeps_the_list: {} states; counterexample to {name:?}:", checker.unique_state_count());
     print_trace(path);
 }
