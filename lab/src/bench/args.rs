@@ -23,6 +23,9 @@ pub enum BenchCommand {
     SqliteFloor(SqliteFloorArgs),
     /// The draw at the opening against first come: the same crowd, arriving over the window, on an event with `fair_start_seconds` and on one without; seats won per arrival slice, and the window's cost
     FairStart(Box<FairStartArgs>),
+    /// The waiting list's cost on the release path: release.lua where nobody waits against one
+    /// that hands every freed seat to a waiter, on a Redis of its own; and a waiter's memory
+    ReleaseOffer(super::release_offer::ReleaseOfferArgs),
 }
 
 /// `bench fair-start`: two self-contained runs of one crowd.

@@ -8,6 +8,7 @@ pub mod ceiling;
 pub mod client;
 pub mod driver;
 pub mod fair_start;
+pub mod release_offer;
 pub mod report;
 pub mod slow;
 pub mod sqlite_floor;
@@ -33,6 +34,7 @@ pub async fn run(connections: &Connections, args: &BenchArgs) -> anyhow::Result<
         Some(BenchCommand::Strategies(s)) => strategies::run(s).await,
         Some(BenchCommand::CompareBackends(c)) => compare_backends(connections, c).await,
         Some(BenchCommand::SqliteFloor(f)) => sqlite_floor::run(f).await,
+        Some(BenchCommand::ReleaseOffer(r)) => release_offer::run(r).await,
         Some(BenchCommand::FairStart(f)) => {
             let report = fair_start::run(connections, f).await?;
             anyhow::ensure!(report.passed(), "the run's checks failed (see {})", f.out_dir.display());

@@ -1,0 +1,245 @@
+//! `bench release-offer`: what the waiting list costs the release path (issue 30). release.lua
+//! with lua/with_offer.lua spliced in, as `serve` runs it, on a Redis of its own: one pass where
+//! nobody waits (every freed seat goes back to the pool) and one where every release hands its
+//! seat to the next waiter (record, pending entry, count), the same number of calls from the same
+//! number of connections. Prints throughput, p50/p99/p999 per call, and the memory one waiting
+//! entry takes in Redis (`used_memory` before and after the joins).
+
+use anyhow::Context;
+use clap::Args;
+use hdrhistogram::Histogram;
+use redis::aio::MultiplexedConnection;
+use seatrush::demo::redis_server::{RedisOptions, RedisServer};
+use seatrush::domain::admission::Admission;
+use seatrush::domain::code::CodeHash;
+use seatrush::domain::event::EventId;
+use seatrush::domain::nonce::Nonce;
+use seatrush::redis_io::keys::EventKeys;
+use seatrush::redis_io::scripts::{self, decode_freed, Freed, Scripts};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Args, Debug, Clone)]
+pub struct ReleaseOfferArgs {
+    /// Releases in each pass (and seats held before it; in the offering pass, as many waiters)
+    #[arg(long, default_value_t = 20_000)]
+    pub releases: usize,
+    /// Connections the releases are spread over, each with one call in flight
+    #[arg(long, default_value_t = 8)]
+    pub connections: usize,
+    /// Levels of the event (waiters spread over them; event-wide numbering)
+    #[arg(long, default_value_t = 3)]
+    pub levels: usize,
+    /// Where release-offer.json goes
+    #[arg(long, default_value = "bench-out")]
+    pub out_dir: PathBuf,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Pass {
+    pub name: &'static str,
+    pub releases: usize,
+    pub offers: usize,
+    pub per_s: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReleaseOffer {
+    pub command: String,
+    pub connections: usize,
+    pub levels: usize,
+    pub passes: Vec<Pass>,
+    /// Redis `used_memory` growth per waiting entry (its `waitq` member and `waiters` field).
+    pub bytes_per_waiter: f64,
+}
+
+pub async fn run(args: &ReleaseOfferArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.releases > 0 && args.connections > 0 && args.levels > 0, "every count must be at least 1");
+    let server = RedisServer::start(&RedisOptions::default()).context("starting a Redis of the bench's own")?;
+    let client = redis::Client::open(server.url())?;
+    let mut conns = Vec::new();
+    for _ in 0..args.connections {
+        conns.push(client.get_multiplexed_async_connection().await?);
+    }
+    let scripts = std::sync::Arc::new(Scripts::new());
+    let mut passes = Vec::new();
+    let mut bytes_per_waiter = 0.0;
+    for waiting in [false, true] {
+        let event = EventId::parse(if waiting { "offering" } else { "plain" })?;
+        let keys = EventKeys::new(&event);
+        let held = fill(&mut conns[0], &keys, args, waiting, &mut bytes_per_waiter).await?;
+        passes.push(
+            release_all(&conns, &scripts, &keys, held, if waiting { "every release offers" } else { "nobody waits" })
+                .await?,
+        );
+    }
+    let report = ReleaseOffer {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        connections: args.connections,
+        levels: args.levels,
+        passes,
+        bytes_per_waiter,
+    };
+    for p in &report.passes {
+        println!(
+            "{:<22} {:>7} releases, {:>7} offers: {:>9.0}/s  p50 {:>5} µs  p99 {:>5} µs  p999 {:>5} µs",
+            p.name, p.releases, p.offers, p.per_s, p.p50_us, p.p99_us, p.p999_us
+        );
+    }
+    println!("one waiting entry: {:.0} bytes of Redis memory", report.bytes_per_waiter);
+    std::fs::create_dir_all(&args.out_dir)?;
+    let path = args.out_dir.join("release-offer.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// The event loaded with every seat held (`releases` of them), and with `waiting` as many
+/// waiters, spread over the levels, each level's cap the whole event so every waiter may have
+/// any seat.
+async fn fill(
+    conn: &mut MultiplexedConnection,
+    keys: &EventKeys,
+    args: &ReleaseOfferArgs,
+    waiting: bool,
+    bytes_per_waiter: &mut f64,
+) -> anyhow::Result<Vec<Admission>> {
+    let n = args.releases;
+    let level = |i: usize| format!("L{}", i % args.levels);
+    let mut pipe = redis::pipe();
+    pipe.cmd("HSET").arg(&keys.meta).arg("state").arg("open").ignore();
+    for l in 0..args.levels {
+        pipe.cmd("HSET").arg(&keys.cap).arg(level(l)).arg(n).ignore();
+    }
+    let mut held = Vec::with_capacity(n);
+    for i in 0..n {
+        let admission = Admission {
+            code: code(0, i),
+            nonce: Nonce::parse(&format!("holder-nonce-{i:08}")).context("nonce")?,
+            id: scripts::fresh_admission_id(),
+            slot: i as i64 + 1,
+            level: level(i),
+            admitted_ms: 1,
+        };
+        let record = scripts::admission_record(&admission.nonce, &admission.id, admission.slot, &admission.level, 1);
+        pipe.cmd("HSET").arg(&keys.adm).arg(admission.code.as_str()).arg(record).ignore();
+        pipe.cmd("HINCRBY").arg(&keys.taken).arg(&admission.level).arg(1).ignore();
+        pipe.cmd("SADD").arg(&keys.allow).arg(admission.code.as_str()).ignore();
+        held.push(admission);
+        if i % 1000 == 999 {
+            pipe.query_async::<()>(conn).await?;
+            pipe = redis::pipe();
+        }
+    }
+    if pipe.cmd_iter().next().is_some() {
+        pipe.query_async::<()>(conn).await?;
+    }
+    if waiting {
+        let before = used_memory(conn).await?;
+        let mut pipe = redis::pipe();
+        for i in 0..n {
+            let c = code(1, i);
+            let (l, seq) = (level(i + 1), format!("{:015}", i + 1));
+            pipe.cmd("ZADD").arg(&keys.waitq).arg(0).arg(format!("{l} {seq} {}", c.as_str())).ignore();
+            pipe.cmd("HSET")
+                .arg(&keys.waiters)
+                .arg(c.as_str())
+                .arg(format!("waiter-nonce-{i:08} {l} {seq} 1"))
+                .ignore();
+            pipe.cmd("SADD").arg(&keys.allow).arg(c.as_str()).ignore();
+            if i % 1000 == 999 {
+                pipe.query_async::<()>(conn).await?;
+                pipe = redis::pipe();
+            }
+        }
+        if pipe.cmd_iter().next().is_some() {
+            pipe.query_async::<()>(conn).await?;
+        }
+        // The allowlist entries are the waiters' too, counted apart: a waiter is a registered code.
+        let with_allow = used_memory(conn).await?;
+        let allow_only: i64 = {
+            let probe = EventKeys::new(&EventId::parse("probe")?);
+            let mut p = redis::pipe();
+            for i in 0..n {
+                p.cmd("SADD").arg(&probe.allow).arg(code(1, i).as_str()).ignore();
+            }
+            p.query_async::<()>(conn).await?;
+            let after = used_memory(conn).await?;
+            redis::cmd("DEL").arg(&probe.allow).query_async::<()>(conn).await?;
+            after - with_allow
+        };
+        *bytes_per_waiter = (with_allow - before - allow_only) as f64 / n as f64;
+    }
+    Ok(held)
+}
+
+async fn release_all(
+    conns: &[MultiplexedConnection],
+    scripts: &std::sync::Arc<Scripts>,
+    keys: &EventKeys,
+    held: Vec<Admission>,
+    name: &'static str,
+) -> anyhow::Result<Pass> {
+    let releases = held.len();
+    let mut shares: Vec<Vec<Admission>> = vec![Vec::new(); conns.len()];
+    for (i, a) in held.into_iter().enumerate() {
+        shares[i % conns.len()].push(a);
+    }
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (conn, share) in conns.iter().cloned().zip(shares) {
+        let scripts = scripts.clone();
+        let calls: Vec<redis::Cmd> = share.iter().map(|a| scripts.release_call(keys, a)).collect();
+        tasks.spawn(async move {
+            let mut conn = conn;
+            let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+            let mut offers = 0;
+            for call in calls {
+                let t = Instant::now();
+                let reply = scripts::run(&mut conn, &scripts.release, &call).await?;
+                h.record(t.elapsed().as_micros().max(1) as u64).expect("in bounds");
+                match decode_freed(reply)? {
+                    Freed::Offered(_) => offers += 1,
+                    Freed::ToPool => {}
+                    Freed::Unchanged => anyhow::bail!("a release changed nothing"),
+                }
+            }
+            anyhow::Ok((h, offers))
+        });
+    }
+    let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+    let mut offers = 0;
+    while let Some(done) = tasks.join_next().await {
+        let (h, o) = done??;
+        all.add(&h)?;
+        offers += o;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    Ok(Pass {
+        name,
+        releases,
+        offers,
+        per_s: releases as f64 / secs,
+        p50_us: all.value_at_quantile(0.5),
+        p99_us: all.value_at_quantile(0.99),
+        p999_us: all.value_at_quantile(0.999),
+    })
+}
+
+/// A code hash of its own for `who` (0: holders, 1: waiters) number `i`: the scripts only ever
+/// see hashes.
+fn code(who: u8, i: usize) -> CodeHash {
+    CodeHash::from_hex(&format!("{who:032x}{i:032x}")).expect("64 hex digits")
+}
+
+async fn used_memory(conn: &mut MultiplexedConnection) -> anyhow::Result<i64> {
+    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .context("INFO memory has no used_memory")
+}
