@@ -80,3 +80,9 @@ for backend in sqlite postgres; do
   "$L" bench fair-start --backend "$backend" --out-dir "$OUT/fair-start-$backend" 2>&1 | grep -a -v -E '^\S*\[2m|INFO|WARN' \
     || echo "## fair-start on $backend FAILED (see above)"
 done
+
+# What the waiting list adds to a release (issue 30): release.lua where nobody waits, then where
+# every release hands its seat to a waiter; and one waiter's memory.
+echo; echo "## release-offer (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
+"$L" bench release-offer --out-dir "$OUT/release-offer" 2>&1 | grep -a -v -E '^\S*\[2m|INFO|WARN' \
+  || echo "## release-offer FAILED (see above)"

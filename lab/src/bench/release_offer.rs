@@ -45,6 +45,9 @@ pub struct Pass {
     pub p50_us: u64,
     pub p99_us: u64,
     pub p999_us: u64,
+    /// Redis's own time per call (`INFO commandstats`, `cmdstat_evalsha usec_per_call`, reset
+    /// before the pass): the script's cost on Redis's one thread, without the client's.
+    pub redis_us_per_call: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -72,10 +75,11 @@ pub async fn run(args: &ReleaseOfferArgs) -> anyhow::Result<()> {
         let event = EventId::parse(if waiting { "offering" } else { "plain" })?;
         let keys = EventKeys::new(&event);
         let held = fill(&mut conns[0], &keys, args, waiting, &mut bytes_per_waiter).await?;
-        passes.push(
-            release_all(&conns, &scripts, &keys, held, if waiting { "every release offers" } else { "nobody waits" })
-                .await?,
-        );
+        redis::cmd("CONFIG").arg("RESETSTAT").query_async::<()>(&mut conns[0]).await?;
+        let name = if waiting { "every release offers" } else { "nobody waits" };
+        let mut pass = release_all(&conns, &scripts, &keys, held, name).await?;
+        pass.redis_us_per_call = evalsha_usec_per_call(&mut conns[0]).await?;
+        passes.push(pass);
     }
     let report = ReleaseOffer {
         command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -86,8 +90,8 @@ pub async fn run(args: &ReleaseOfferArgs) -> anyhow::Result<()> {
     };
     for p in &report.passes {
         println!(
-            "{:<22} {:>7} releases, {:>7} offers: {:>9.0}/s  p50 {:>5} µs  p99 {:>5} µs  p999 {:>5} µs",
-            p.name, p.releases, p.offers, p.per_s, p.p50_us, p.p99_us, p.p999_us
+            "{:<22} {:>7} releases, {:>7} offers: {:>9.0}/s  p50 {:>5} µs  p99 {:>5} µs  p999 {:>5} µs  Redis {:>6.2} µs/call",
+            p.name, p.releases, p.offers, p.per_s, p.p50_us, p.p99_us, p.p999_us, p.redis_us_per_call
         );
     }
     println!("one waiting entry: {:.0} bytes of Redis memory", report.bytes_per_waiter);
@@ -227,6 +231,7 @@ async fn release_all(
         p50_us: all.value_at_quantile(0.5),
         p99_us: all.value_at_quantile(0.99),
         p999_us: all.value_at_quantile(0.999),
+        redis_us_per_call: 0.0,
     })
 }
 
@@ -242,4 +247,13 @@ async fn used_memory(conn: &mut MultiplexedConnection) -> anyhow::Result<i64> {
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
         .context("INFO memory has no used_memory")
+}
+
+async fn evalsha_usec_per_call(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|fields| fields.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
+        .and_then(|v| v.parse().ok())
+        .context("INFO commandstats has no cmdstat_evalsha")
 }
