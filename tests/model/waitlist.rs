@@ -199,9 +199,9 @@ pub struct WaitSwitches {
     pub offer_in_two_steps: bool,
     pub offer_own_level_only: bool,
     /// A waiter answered `closed` keeps its entry (no waitlist_leave.lua).
-    closed_keeps_the_entry: bool,
+    pub closed_keeps_the_entry: bool,
     /// `close` keeps the list (close.lua without its `DEL`).
-    close_keeps_the_list: bool,
+    pub close_keeps_the_list: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -597,26 +597,47 @@ fn check_every_property(bounds: WaitBounds) {
     assert!(checker.discovery("a waiter holds an offered seat").is_some(), "an offer can be booked");
 }
 
-#[test]
-fn offer_in_two_steps_lets_the_refresher_take_the_seat() {
+/// With one guard switched off, the shortest trace (one thread, BFS) to the property it keeps.
+fn counterexample(switches: WaitSwitches, name: &'static str) {
     let started = Instant::now();
-    // One thread: the trace printed is then the shortest.
-    let checker =
-        WaitModel { bounds: bounds(), switches: WaitSwitches { offer_in_two_steps: true, ..Default::default() } }
-            .checker()
-            .threads(1)
-            .finish_when(HasDiscoveries::AnyFailures)
-            .spawn_bfs()
-            .join();
-    let name = "nobody books a freed seat ahead of a waiter";
-    let path = checker.discovery(name).unwrap_or_else(|| panic!("offer_in_two_steps: no counterexample"));
+    let checker = WaitModel { bounds: bounds(), switches }
+        .checker()
+        .threads(1)
+        .finish_when(HasDiscoveries::AnyFailures)
+        .spawn_bfs()
+        .join();
+    let path = checker.discovery(name).unwrap_or_else(|| panic!("{switches:?}: no counterexample to {name:?}"));
     println!(
-        "offer_in_two_steps: {} states, {:.1} s; counterexample to {name:?}, {} steps:",
+        "{switches:?}: {} states, {:.1} s; counterexample to {name:?}, {} steps:",
         checker.unique_state_count(),
         started.elapsed().as_secs_f64(),
         path.clone().into_actions().len()
     );
     print_trace(path);
+}
+
+#[test]
+fn offer_in_two_steps_lets_the_refresher_take_the_seat() {
+    let switches = WaitSwitches { offer_in_two_steps: true, ..Default::default() };
+    counterexample(switches, "nobody books a freed seat ahead of a waiter");
+}
+
+#[test]
+fn offer_own_level_only_puts_the_seat_on_sale_while_another_level_waits() {
+    let switches = WaitSwitches { offer_own_level_only: true, ..Default::default() };
+    counterexample(switches, "a seat is on sale only when nobody waits for it");
+}
+
+#[test]
+fn closed_keeps_the_entry_offers_a_seat_to_a_waiter_told_closed() {
+    let switches = WaitSwitches { closed_keeps_the_entry: true, ..Default::default() };
+    counterexample(switches, "no seat is offered to a waiter answered closed");
+}
+
+#[test]
+fn close_keeps_the_list_puts_a_seat_freed_while_closed_on_sale_before_a_waiter() {
+    let switches = WaitSwitches { close_keeps_the_list: true, ..Default::default() };
+    counterexample(switches, "a seat is on sale only when nobody waits for it");
 }
 
 fn print_trace(path: stateright::Path<WaitState, WaitAction>) {
@@ -636,61 +657,4 @@ fn print_trace(path: stateright::Path<WaitState, WaitAction>) {
             after.flights.iter().map(|f| (f.code, f.admission, f.stage)).collect::<Vec<_>>()
         );
     }
-}
-
-#[test]
-fn offer_own_level_only_puts_the_seat_on_sale_while_another_level_waits() {
-    let started = Instant::now();
-    let checker =
-        WaitModel { bounds: bounds(), switches: WaitSwitches { offer_own_level_only: true, ..Default::default() } }
-            .checker()
-            .threads(1)
-            .finish_when(HasDiscoveries::AnyFailures)
-            .spawn_bfs()
-            .join();
-    let name = "a seat is on sale only when nobody waits for it";
-    let path = checker.discovery(name).unwrap_or_else(|| panic!("offer_own_level_only: no counterexample"));
-    println!(
-        "offer_own_level_only: {} states, {:.1} s; counterexample to {name:?}, {} steps:",
-        checker.unique_state_count(),
-        started.elapsed().as_secs_f64(),
-        path.clone().into_actions().len()
-    );
-    print_trace(path);
-}
-
-#[test]
-fn closed_keeps_the_entry_offers_a_seat_to_a_waiter_told_closed() {
-    let started = Instant::now();
-    let checker =
-        WaitModel { bounds: bounds(), switches: WaitSwitches { closed_keeps_the_entry: true, ..Default::default() } }
-            .checker()
-            .threads(1)
-            .finish_when(HasDiscoveries::AnyFailures)
-            .spawn_bfs()
-            .join();
-    let name = "no seat is offered to a waiter answered closed";
-    let path = checker.discovery(name).unwrap_or_else(|| panic!("closed_keeps_the_entry: no counterexample"));
-    println!(
-        "closed_keeps_the_entry: {} states, {:.1} s; counterexample to {name:?}, {} steps:",
-        checker.unique_state_count(),
-        started.elapsed().as_secs_f64(),
-        path.clone().into_actions().len()
-    );
-    print_trace(path);
-}
-
-#[test]
-fn close_keeps_the_list_puts_a_seat_freed_while_closed_on_sale_before_a_waiter() {
-    let checker =
-        WaitModel { bounds: bounds(), switches: WaitSwitches { close_keeps_the_list: true, ..Default::default() } }
-            .checker()
-            .threads(1)
-            .finish_when(HasDiscoveries::AnyFailures)
-            .spawn_bfs()
-            .join();
-    let name = "a seat is on sale only when nobody waits for it";
-    let path = checker.discovery(name).unwrap_or_else(|| panic!("close_keeps_the_list: no counterexample"));
-    println!("close_keeps_the_list: {} states; counterexample to {name:?}:", checker.unique_state_count());
-    print_trace(path);
 }
