@@ -72,3 +72,59 @@ async fn a_sold_out_person_joins_the_waiting_list_and_is_offered_a_freed_seat_wi
     assert_eq!(row.nonce.as_str(), sent[0]["nonce"].as_str().unwrap());
     app.assert_invariants().await;
 }
+
+/// Between "sold out" and the press on "Join", a seat came free and nobody waits for it: the
+/// list answers `seats_available`, and the page sends the person to book, focusing the button.
+#[tokio::test]
+async fn a_join_answered_seats_available_sends_the_person_to_book() {
+    let app = spawn_app(AppOptions { seats: 1, levels: vec![("A1", 1)], ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    let browser = Browser::start(Screen::Phone).await;
+    open_booking_page(&app, &browser).await;
+    book(&browser, "CODE-00002", "A1").await;
+    // The level's cap is the whole event: its check comes first, so the answer is level_full.
+    browser.wait_for_text("#result.bad", "This level is full").await;
+    browser.wait_for_text("#join", "Join the waiting list").await;
+
+    assert_eq!(app.operator("CODE-00001", "cancel", Some(OPERATOR_TOKEN)).await.status, 200);
+    browser.find("#join").await.click().await;
+    browser.wait_for_text("#result.ok", "Seats are free again").await;
+    assert_eq!(
+        browser.eval("return document.activeElement.id;", json!([])).await,
+        "submit",
+        "focus moves to the Book button"
+    );
+    // Read again once the snapshot is fresh: the level no longer shows as full beside the answer.
+    browser.wait_for_text("#summary", "1 of 1 seats left").await;
+    browser.screenshot("waitlist-4-seats-available").await;
+    assert_accessible(&browser, "seats available, book instead").await;
+
+    browser.find("#submit").await.click().await;
+    browser.wait_for_text("#result.ok", "You have a seat!").await;
+    let row = app.store.booking(&app.event, &app.hash("CODE-00002")).await.unwrap().expect("the booking");
+    assert!(row.holds_seat(), "{row:?}");
+    app.assert_invariants().await;
+}
+
+/// While the person waits, the operator closes the sale: the page's next poll is answered
+/// `closed`, it says the list closed with the sale, and the person is out of the list.
+#[tokio::test]
+async fn a_waiting_person_is_told_when_the_sale_closes() {
+    let app = spawn_app(AppOptions { seats: 1, levels: vec![("A1", 1)], ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    let browser = Browser::start(Screen::Phone).await;
+    open_booking_page(&app, &browser).await;
+    book(&browser, "CODE-00002", "A1").await;
+    browser.wait_for_text("#join", "Join the waiting list").await;
+    browser.find("#join").await.click().await;
+    browser.wait_for_text("#result.wait", "You are number 1 in line").await;
+
+    seatrush::ops::loader::close_event(&mut app.sale.link().check().await.unwrap(), &app.store, &app.event)
+        .await
+        .unwrap();
+    browser.wait_for_text("#result.bad", "so is its waiting list").await;
+    browser.screenshot("waitlist-5-closed").await;
+    assert_accessible(&browser, "closed while waiting").await;
+    assert_eq!(app.redis::<i64>(redis::cmd("ZCARD").arg(&app.keys.waitq)), 0, "nobody waits any more");
+    assert!(app.store.booking(&app.event, &app.hash("CODE-00002")).await.unwrap().is_none());
+}
