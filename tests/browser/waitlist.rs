@@ -1,6 +1,7 @@
 //! The booking page's waiting list (issue 30; docs/design.md#the-waiting-list): a person told the
 //! sale is sold out joins the level's list, sees their place in line change, and is shown the
-//! freed seat without a reload.
+//! freed seat without a reload; a join answered `seats_available` sends them to book, a full list
+//! and a sale closed while they wait are said plainly.
 
 use crate::accessibility::assert_accessible;
 use crate::helpers::{nonce, spawn_app, AppOptions, EVENT, OPERATOR_TOKEN};
@@ -127,4 +128,23 @@ async fn a_waiting_person_is_told_when_the_sale_closes() {
     assert_accessible(&browser, "closed while waiting").await;
     assert_eq!(app.redis::<i64>(redis::cmd("ZCARD").arg(&app.keys.waitq)), 0, "nobody waits any more");
     assert!(app.store.booking(&app.event, &app.hash("CODE-00002")).await.unwrap().is_none());
+}
+
+/// The list is at its bound (`--waitlist-max`): the page says so plainly, and the person is not
+/// left polling.
+#[tokio::test]
+async fn a_full_waiting_list_is_said_plainly() {
+    let app = spawn_app(AppOptions { seats: 1, levels: vec![("A1", 1)], waitlist_max: 1, ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    assert_eq!(app.wait("CODE-00002", "A1", &nonce("w")).await.status, 202, "the one place is taken");
+    let browser = Browser::start(Screen::Phone).await;
+    open_booking_page(&app, &browser).await;
+    book(&browser, "CODE-00003", "A1").await;
+    browser.wait_for_text("#join", "Join the waiting list").await;
+    browser.find("#join").await.click().await;
+    browser.wait_for_text("#result.bad", "the waiting list is full").await;
+    assert_eq!(browser.eval("return document.activeElement.id;", json!([])).await, "result", "focus on the answer");
+    browser.screenshot("waitlist-6-full").await;
+    assert_accessible(&browser, "waiting list full").await;
+    assert_eq!(app.get(&format!("/api/events/{EVENT}")).await.body["levels"]["A1"]["waiting"], 1, "not joined");
 }
