@@ -7,14 +7,13 @@ use crate::scripts::{AdmitReply, Call, Marker, Record, Redis};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;
+use seatrush::redis_io::scripts::with_offer;
+use std::sync::LazyLock;
 
 const ADMIT: &str = include_str!("../../lua/admit.lua");
 const HEAL: &str = include_str!("../../lua/heal.lua");
 const HEAL_SEATS: &str = include_str!("../../lua/heal_seats.lua");
-/// The offer to the waiting list, spliced into the scripts that make room as
-/// `src/redis_io/scripts.rs` splices it; this test's keyspace has nobody waiting, so it offers
-/// nothing (tests/model/waitlist.rs checks the offers).
-const OFFER_FRAGMENT: &str = include_str!("../../lua/with_offer.lua");
+
 /// The operator lock's owner a heal call runs under.
 const LOCK_OWNER: &str = "model-heal";
 const UNDO: &str = include_str!("../../lua/undo.lua");
@@ -22,6 +21,13 @@ const RELEASE: &str = include_str!("../../lua/release.lua");
 const PERSISTED: &str = include_str!("../../lua/persisted.lua");
 const MOVE: &str = include_str!("../../lua/move.lua");
 const MOVE_SETTLE: &str = include_str!("../../lua/move_settle.lua");
+/// The scripts that make room, with the offer to the waiting list spliced in as `serve` loads them
+/// (`scripts::with_offer`); this test's keyspace has nobody waiting, so they offer nothing
+/// (tests/model/offer_match.rs checks the offers).
+static UNDO_SERVED: LazyLock<&str> = LazyLock::new(|| with_offer(UNDO));
+static RELEASE_SERVED: LazyLock<&str> = LazyLock::new(|| with_offer(RELEASE));
+static HEAL_SEATS_SERVED: LazyLock<&str> = LazyLock::new(|| with_offer(HEAL_SEATS));
+static MOVE_SETTLE_SERVED: LazyLock<&str> = LazyLock::new(|| with_offer(MOVE_SETTLE));
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/";
 const CASES: usize = 3000;
@@ -286,11 +292,7 @@ fn load(keys: &mut Keys, redis: &Redis, caps: &[u8]) {
 /// a release.lua that does not use it ignores it). Admit calls are one call to admit.lua, their
 /// attempts in order, and the reply is split back into one reply per attempt.
 fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
-    let splice = |script: &str| {
-        let (flags, body) = script.split_once('\n').expect("a #!lua line");
-        format!("{flags}\n{OFFER_FRAGMENT}{body}")
-    };
-    let (source, script_keys, args): (String, Vec<&String>, Vec<String>) = match calls[0] {
+    let (source, script_keys, args): (&str, Vec<&String>, Vec<String>) = match calls[0] {
         Call::Admit { .. } => {
             let mut args = Vec::new();
             for call in calls {
@@ -300,25 +302,25 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
                 let mode = if retry_only { "retry-only" } else { "admit" };
                 args.extend([code(c), format!("n{nonce}"), level(l), format!("a{aid}"), mode.into()]);
             }
-            (ADMIT.into(), vec![&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending, &keys.meta], args)
+            (ADMIT, vec![&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending, &keys.meta], args)
         }
         Call::Undo { code: c, nonce, aid, seat_held } => {
             let mut args = vec![code(c), format!("n{nonce}"), format!("a{aid}")];
             if seat_held {
                 args.push("seat-held".into());
             }
-            (splice(UNDO), vec![&keys.adm, &keys.taken, &keys.free, &keys.pending], args)
+            (&UNDO_SERVED, vec![&keys.adm, &keys.taken, &keys.free, &keys.pending], args)
         }
         Call::Release { code: c, nonce, aid } => (
-            splice(RELEASE),
+            &RELEASE_SERVED,
             vec![&keys.adm, &keys.taken, &keys.free, &keys.pending, &keys.syncs],
             vec![code(c), format!("n{nonce}"), format!("a{aid}")],
         ),
         Call::Persisted { code: c, nonce, aid } => {
-            (PERSISTED.into(), vec![&keys.adm, &keys.pending], vec![code(c), format!("n{nonce}"), format!("a{aid}")])
+            (PERSISTED, vec![&keys.adm, &keys.pending], vec![code(c), format!("n{nonce}"), format!("a{aid}")])
         }
         Call::HealSeats { seat, .. } => (
-            splice(HEAL_SEATS),
+            &HEAL_SEATS_SERVED,
             vec![
                 &keys.adm,
                 &keys.free,
@@ -335,17 +337,17 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
             vec![LOCK_OWNER.into(), seat.to_string(), "o1".into()],
         ),
         Call::HealAdd { code: c, record, .. } => (
-            HEAL.into(),
+            HEAL,
             vec![&keys.adm, &keys.taken, &keys.free, &keys.lock, &keys.moves],
             vec![LOCK_OWNER.into(), code(c), record_text(&record), level(record.level), record.slot.to_string()],
         ),
         Call::Move { code: c, nonce, aid, level: l, mid } => (
-            MOVE.into(),
+            MOVE,
             vec![&keys.adm, &keys.taken, &keys.cap, &keys.free, &keys.pending, &keys.moves, &keys.moving, &keys.meta],
             vec![code(c), format!("n{nonce}"), format!("a{aid}"), level(l), format!("m{mid}")],
         ),
         Call::MoveSettle { code: c, mid, done } => (
-            splice(MOVE_SETTLE),
+            &MOVE_SETTLE_SERVED,
             vec![&keys.adm, &keys.taken, &keys.free, &keys.moves, &keys.moving],
             vec![code(c), format!("m{mid}"), if done { "done" } else { "aborted" }.into()],
         ),
@@ -355,7 +357,7 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
     // A pipeline that keeps error replies as values: a plain query turns an attempt's error inside
     // admit's array into an error for the whole call.
     let mut eval = redis::pipe();
-    eval.ignore_errors().cmd("EVAL").arg(&source).arg(script_keys.len()).arg(script_keys).arg(args);
+    eval.ignore_errors().cmd("EVAL").arg(source).arg(script_keys.len()).arg(script_keys).arg(args);
     let mut replies: Vec<Value> = eval.query(&mut keys.conn).expect("EVAL in a pipeline");
     let reply = replies.pop().expect("one reply");
     if !matches!(calls[0], Call::Admit { .. }) {

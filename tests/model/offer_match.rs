@@ -1,5 +1,5 @@
 //! "The offer is made as the model makes it": lua/with_offer.lua, spliced into release.lua,
-//! undo.lua and heal_seats.lua as `src/redis_io/scripts.rs` splices it, against a reference
+//! undo.lua and heal_seats.lua by `scripts::with_offer` as `serve` loads them, against a reference
 //! written here from the design's words (docs/design.md#the-waiting-list): once a script has made
 //! room, while a level with room has a waiter, the earliest such waiter of all levels gets the
 //! lowest seat its level may take; a waiter who holds a seat (the releasing code among them) or was
@@ -10,10 +10,10 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;
+use seatrush::redis_io::scripts::with_offer;
 use std::collections::{BTreeMap, BTreeSet};
 
 const CASES: usize = 600;
-const FRAGMENT: &str = include_str!("../../lua/with_offer.lua");
 
 /// One event's waiting-list world, as the keys hold it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -213,11 +213,6 @@ impl Keys {
     }
 }
 
-fn splice(script: &str) -> String {
-    let (flags, body) = script.split_once('\n').expect("a #!lua line");
-    format!("{flags}\n{FRAGMENT}{body}")
-}
-
 /// The offers a reply carries: (code, seat, level) each.
 fn offers_of(reply: &Value) -> Vec<(String, i64, String)> {
     let one = |items: &[Value]| {
@@ -240,9 +235,9 @@ fn offers_of(reply: &Value) -> Vec<(String, i64, String)> {
 
 #[test]
 fn the_offer_in_every_script_that_makes_room_matches_the_model() {
-    let release = splice(include_str!("../../lua/release.lua"));
-    let undo = splice(include_str!("../../lua/undo.lua"));
-    let heal_seats = splice(include_str!("../../lua/heal_seats.lua"));
+    let release = with_offer(include_str!("../../lua/release.lua"));
+    let undo = with_offer(include_str!("../../lua/undo.lua"));
+    let heal_seats = with_offer(include_str!("../../lua/heal_seats.lua"));
     let mut conn = redis::Client::open("redis://127.0.0.1:6379/")
         .and_then(|c| c.get_connection())
         .expect("the Redis at 127.0.0.1:6379 (.ci/run starts one)");
@@ -262,14 +257,14 @@ fn the_offer_in_every_script_that_makes_room_matches_the_model() {
                 let mut names = vec![k("adm"), k("taken"), k("free"), k("pending"), k("syncs")];
                 names.extend(offer_keys);
                 let args: Vec<String> = ["c0", "nc0", "ac0", "o1"].map(String::from).to_vec();
-                (&release, names, args, model.release("c0", false, "o1"))
+                (release, names, args, model.release("c0", false, "o1"))
             }
             1 | 2 => {
                 let mut names = vec![k("adm"), k("taken"), k("free"), k("pending")];
                 names.extend(offer_keys);
                 let held = if script == 2 { "seat-held" } else { "free" };
                 let args: Vec<String> = ["c0", "nc0", "ac0", held, "o1"].map(String::from).to_vec();
-                (&undo, names, args, model.release("c0", script == 2, "o1"))
+                (undo, names, args, model.release("c0", script == 2, "o1"))
             }
             _ => {
                 // A seat leaked: its holder's record gone, its count down, the seat out of the
@@ -288,7 +283,7 @@ fn the_offer_in_every_script_that_makes_room_matches_the_model() {
                     Some(h) => vec!["owner".into(), seat.to_string(), h, "o1".into(), "o2".into()],
                     None => vec!["owner".into(), seat.to_string(), "o1".into()],
                 };
-                (&heal_seats, names, args, expected)
+                (heal_seats, names, args, expected)
             }
         };
         let reply: Value =
