@@ -43,6 +43,19 @@ pub struct AckPolicy {
     pub timeout: Duration,
 }
 
+impl AckPolicy {
+    /// `WAIT` on `conn`: true once `replicas` hold every write made on it so far (at once when
+    /// there are none to wait for), false when the acknowledgement fell short.
+    pub async fn acknowledged(&self, conn: &mut MultiplexedConnection) -> Result<bool, RedisError> {
+        if self.replicas == 0 {
+            return Ok(true);
+        }
+        let acked: i64 =
+            redis::cmd("WAIT").arg(self.replicas).arg(self.timeout.as_millis() as u64).query_async(conn).await?;
+        Ok(acked >= i64::from(self.replicas))
+    }
+}
+
 /// What one admit became after the round it rode in.
 #[derive(Debug)]
 pub enum Committed {

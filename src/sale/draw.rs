@@ -301,14 +301,8 @@ impl Sale {
     /// again, never undone: the admission keeps its place. A broken connection is an error; the
     /// next drawer reads the marks again and redoes what a failover lost, in rank order.
     async fn wait_for_replica(&self, conn: &mut MultiplexedConnection) -> anyhow::Result<()> {
-        let ack = self.settings.ack;
-        if ack.replicas == 0 {
-            return Ok(());
-        }
         for _ in 0..WAIT_TRIES {
-            let acked: i64 =
-                redis::cmd("WAIT").arg(ack.replicas).arg(ack.timeout.as_millis() as u64).query_async(conn).await?;
-            if acked >= i64::from(ack.replicas) {
+            if self.settings.ack.acknowledged(conn).await? {
                 return Ok(());
             }
         }

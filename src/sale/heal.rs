@@ -250,13 +250,7 @@ impl Sale {
     /// The heal's writes reach a replica before it reads the database again; short, the next
     /// heal finds whatever a failover lost of them.
     async fn heal_wait(&self, conn: &mut MultiplexedConnection) {
-        let ack = self.settings.ack;
-        if ack.replicas == 0 {
-            return;
-        }
-        let acked: redis::RedisResult<i64> =
-            redis::cmd("WAIT").arg(ack.replicas).arg(ack.timeout.as_millis() as u64).query_async(conn).await;
-        if !acked.is_ok_and(|n| n >= i64::from(ack.replicas)) {
+        if !self.settings.ack.acknowledged(conn).await.unwrap_or(false) {
             tracing::warn!("the heal's writes are not yet acknowledged by a replica; the next heal checks again");
         }
     }

@@ -23,7 +23,7 @@ use crate::sale::booking::Refusal;
 use crate::sale::Sale;
 use crate::store::{BookingRow, MoveClaim, MoveWrite, Place, StoreError};
 use redis::aio::MultiplexedConnection;
-use redis::{RedisError, Value};
+use redis::Value;
 use std::sync::LazyLock;
 
 static MOVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/move.lua")));
@@ -154,13 +154,7 @@ impl Sale {
 
     /// `WAIT` on the move's connection, as the committer waits for an admission.
     async fn acknowledged(&self, conn: &mut MultiplexedConnection) -> bool {
-        let ack = self.settings.ack;
-        if ack.replicas == 0 {
-            return true;
-        }
-        let acked: Result<i64, RedisError> =
-            redis::cmd("WAIT").arg(ack.replicas).arg(ack.timeout.as_millis() as u64).query_async(conn).await;
-        matches!(acked, Ok(n) if n >= i64::from(ack.replicas))
+        self.settings.ack.acknowledged(conn).await.unwrap_or(false)
     }
 
     /// Claims the move `aborted` unless it landed, then settles whichever stands in Redis. None

@@ -114,17 +114,8 @@ impl Sale {
         scripts::run(&mut conn, &LEAVE, &call).await.map_err(|e| self.redis_failed(e))?;
         // A promotion that lost the leave would put the entry back, and a seat would be offered
         // to a candidate told the sale is over: `closed` is final only once a replica has it.
-        let ack = self.settings.ack;
-        if ack.replicas > 0 {
-            let acked: i64 = redis::cmd("WAIT")
-                .arg(ack.replicas)
-                .arg(ack.timeout.as_millis() as u64)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.redis_failed(e))?;
-            if acked < i64::from(ack.replicas) {
-                return Err(Refusal::Retry("replica acknowledgement fell short"));
-            }
+        if !self.settings.ack.acknowledged(&mut conn).await.map_err(|e| self.redis_failed(e))? {
+            return Err(Refusal::Retry("replica acknowledgement fell short"));
         }
         self.book(req).await.map(Joined::Booked)
     }
