@@ -465,13 +465,8 @@ pub async fn close_event(
     let stored = store.event(id).await?;
     let lock = OperatorLock::acquire(conn, id, "close").await?;
     let keys = EventKeys::new(id);
-    let script = Script::new(include_str!("../../lua/close.lua"));
-    let closed: redis::RedisResult<i64> = scripts::run_as(
-        conn,
-        &script,
-        &script.call(&[&keys.meta, &keys.lock, &keys.waitq, &keys.waiters], &[lock.owner()]),
-    )
-    .await;
+    let closed: redis::RedisResult<i64> =
+        scripts::run_as(conn, &scripts::CLOSE, &scripts::close_call(&keys, lock.owner())).await;
     let outcome = match closed {
         Ok(1) => {
             store.set_event_state(id, "closed").await?;

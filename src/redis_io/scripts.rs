@@ -70,6 +70,15 @@ pub fn with_offer(script: &str) -> &'static str {
     Box::leak(format!("{flags}\n{OFFER_FRAGMENT}{body}").into_boxed_str())
 }
 
+/// close.lua: the state and the waiting list (`close`, and the heal putting a lost close back).
+pub static CLOSE: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/close.lua")));
+
+/// close.lua under the operator lock `owner` (reply: 1 closed, 0 not loaded, -1 not the lock's).
+pub fn close_call(keys: &EventKeys, owner: &str) -> Cmd {
+    CLOSE.call(&[&keys.meta, &keys.lock, &keys.waitq, &keys.waiters], &[owner])
+}
+
 /// The retry check of admit.lua, which `BrokenGuard::RetryCheck` switches off.
 #[cfg(feature = "fault-hooks")]
 const RETRY_CHECK: &str = "if held_nonce == nonce then";

@@ -20,6 +20,7 @@ use crate::domain::admission::Admission;
 use crate::domain::event::{EventId, LevelName};
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::oplock::{LockError, OperatorLock};
+use crate::redis_io::scripts;
 use crate::redis_io::snapshot::RedisSide;
 use crate::sale::stats::Stats;
 use crate::sale::Sale;
@@ -171,7 +172,7 @@ impl Sale {
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let call = self.scripts.heal.call(&[&keys.adm, &keys.taken, &keys.free, &keys.lock, &keys.moves], &args);
-            let reply = crate::redis_io::scripts::run(conn, &self.scripts.heal, &call).await?;
+            let reply = scripts::run(conn, &self.scripts.heal, &call).await?;
             let applied: Vec<i64> = match reply {
                 redis::Value::Int(-1) => anyhow::bail!("the heal lost the operator lock of {id}"),
                 value => redis::from_redis_value(value).context("heal.lua reply")?,
@@ -198,9 +199,8 @@ impl Sale {
             }
         }
         if stored.state == "closed" && state != "closed" {
-            let script = crate::redis_io::scripts::Script::new(include_str!("../../lua/close.lua"));
-            let call = script.call(&[&keys.meta, &keys.lock, &keys.waitq, &keys.waiters], &[lock.owner()]);
-            let closed: i64 = crate::redis_io::scripts::run_as(conn, &script, &call).await?;
+            let call = scripts::close_call(&keys, lock.owner());
+            let closed: i64 = scripts::run_as(conn, &scripts::CLOSE, &call).await?;
             report.closed = closed == 1;
         }
         Ok(Healed::Done(report))
@@ -230,11 +230,12 @@ impl Sale {
         if leaked.is_empty() {
             return Ok(0);
         }
+        let keys = EventKeys::new(event);
         let mut returned = 0;
         for chunk in leaked.chunks(HEAL_CHUNK) {
-            let call = self.scripts.heal_seats_call(&EventKeys::new(event), lock.owner(), chunk);
-            let reply = crate::redis_io::scripts::run(conn, &self.scripts.heal_seats, &call).await?;
-            match crate::redis_io::scripts::decode_returned(reply)? {
+            let call = self.scripts.heal_seats_call(&keys, lock.owner(), chunk);
+            let reply = scripts::run(conn, &self.scripts.heal_seats, &call).await?;
+            match scripts::decode_returned(reply)? {
                 None => anyhow::bail!("the heal lost the operator lock"),
                 Some(back) => {
                     returned += back.seats;
@@ -258,7 +259,7 @@ impl Sale {
 
 /// The admission record of a database row, in the format admit.lua writes.
 fn record_of(r: &BookingRow) -> String {
-    crate::redis_io::scripts::admission_record(&r.nonce, &r.admission_id, r.slot, r.level.as_str(), r.admitted_ms)
+    scripts::admission_record(&r.nonce, &r.admission_id, r.slot, r.level.as_str(), r.admitted_ms)
 }
 
 /// A record the database released, as the release path takes it.
