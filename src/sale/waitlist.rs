@@ -109,7 +109,7 @@ impl Sale {
         req: &BookingRequest,
     ) -> Result<Joined, Refusal> {
         let keys = &view.keys;
-        let call = LEAVE.call(&[&keys.adm, &keys.waitq, &keys.waiters], &[req.code.as_str(), req.nonce.as_str()]);
+        let call = LEAVE.call(&[&keys.waitq, &keys.waiters], &[req.code.as_str()]);
         let mut conn = self.link.shared().await.map_err(|e| self.redis_failed(e))?;
         scripts::run(&mut conn, &LEAVE, &call).await.map_err(|e| self.redis_failed(e))?;
         // A promotion that lost the leave would put the entry back, and a seat would be offered
