@@ -74,12 +74,13 @@ pub async fn run(args: &ReleaseOfferArgs) -> anyhow::Result<()> {
     for waiting in [false, true] {
         let event = EventId::parse(if waiting { "offering" } else { "plain" })?;
         let keys = EventKeys::new(&event);
-        let held = fill(&mut conns[0], &keys, args, waiting, &mut bytes_per_waiter).await?;
+        let held = fill_holders(&mut conns[0], &keys, args).await?;
+        if waiting {
+            bytes_per_waiter = fill_waiters(&mut conns[0], &keys, args).await?;
+        }
         redis::cmd("CONFIG").arg("RESETSTAT").query_async::<()>(&mut conns[0]).await?;
         let name = if waiting { "every release offers" } else { "nobody waits" };
-        let mut pass = release_all(&conns, &scripts, &keys, held, name).await?;
-        pass.redis_us_per_call = evalsha_usec_per_call(&mut conns[0]).await?;
-        passes.push(pass);
+        passes.push(release_all(&mut conns, &scripts, &keys, held, name).await?);
     }
     let report = ReleaseOffer {
         command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -102,22 +103,22 @@ pub async fn run(args: &ReleaseOfferArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The event loaded with every seat held (`releases` of them), and with `waiting` as many
-/// waiters, spread over the levels, each level's cap the whole event so every waiter may have
-/// any seat.
-async fn fill(
+/// The event's level `i` of `args.levels`.
+fn level(args: &ReleaseOfferArgs, i: usize) -> String {
+    format!("L{}", i % args.levels)
+}
+
+/// The event loaded with every seat held (`releases` of them), each level's cap the whole event so
+/// every waiter may have any seat.
+async fn fill_holders(
     conn: &mut MultiplexedConnection,
     keys: &EventKeys,
     args: &ReleaseOfferArgs,
-    waiting: bool,
-    bytes_per_waiter: &mut f64,
 ) -> anyhow::Result<Vec<Admission>> {
     let n = args.releases;
-    let level = |i: usize| format!("L{}", i % args.levels);
-    let mut pipe = redis::pipe();
-    pipe.cmd("HSET").arg(&keys.meta).arg("state").arg("open").ignore();
+    let mut cmds = vec![redis::cmd("HSET").arg(&keys.meta).arg("state").arg("open").clone()];
     for l in 0..args.levels {
-        pipe.cmd("HSET").arg(&keys.cap).arg(level(l)).arg(n).ignore();
+        cmds.push(redis::cmd("HSET").arg(&keys.cap).arg(level(args, l)).arg(n).clone());
     }
     let mut held = Vec::with_capacity(n);
     for i in 0..n {
@@ -126,63 +127,63 @@ async fn fill(
             nonce: Nonce::parse(&format!("holder-nonce-{i:08}")).context("nonce")?,
             id: scripts::fresh_admission_id(),
             slot: i as i64 + 1,
-            level: level(i),
+            level: level(args, i),
             admitted_ms: 1,
         };
         let record = scripts::admission_record(&admission.nonce, &admission.id, admission.slot, &admission.level, 1);
-        pipe.cmd("HSET").arg(&keys.adm).arg(admission.code.as_str()).arg(record).ignore();
-        pipe.cmd("HINCRBY").arg(&keys.taken).arg(&admission.level).arg(1).ignore();
-        pipe.cmd("SADD").arg(&keys.allow).arg(admission.code.as_str()).ignore();
+        cmds.push(redis::cmd("HSET").arg(&keys.adm).arg(admission.code.as_str()).arg(record).clone());
+        cmds.push(redis::cmd("HINCRBY").arg(&keys.taken).arg(&admission.level).arg(1).clone());
+        cmds.push(redis::cmd("SADD").arg(&keys.allow).arg(admission.code.as_str()).clone());
         held.push(admission);
-        if i % 1000 == 999 {
-            pipe.query_async::<()>(conn).await?;
-            pipe = redis::pipe();
-        }
     }
-    if pipe.cmd_iter().next().is_some() {
-        pipe.query_async::<()>(conn).await?;
-    }
-    if waiting {
-        let before = used_memory(conn).await?;
-        let mut pipe = redis::pipe();
-        for i in 0..n {
-            let c = code(1, i);
-            let (l, seq) = (level(i + 1), format!("{:015}", i + 1));
-            pipe.cmd("ZADD").arg(&keys.waitq).arg(0).arg(format!("{l} {seq} {}", c.as_str())).ignore();
-            pipe.cmd("HSET")
-                .arg(&keys.waiters)
-                .arg(c.as_str())
-                .arg(format!("waiter-nonce-{i:08} {l} {seq} 1"))
-                .ignore();
-            pipe.cmd("SADD").arg(&keys.allow).arg(c.as_str()).ignore();
-            if i % 1000 == 999 {
-                pipe.query_async::<()>(conn).await?;
-                pipe = redis::pipe();
-            }
-        }
-        if pipe.cmd_iter().next().is_some() {
-            pipe.query_async::<()>(conn).await?;
-        }
-        // The allowlist entries are the waiters' too, counted apart: a waiter is a registered code.
-        let with_allow = used_memory(conn).await?;
-        let allow_only: i64 = {
-            let probe = EventKeys::new(&EventId::parse("probe")?);
-            let mut p = redis::pipe();
-            for i in 0..n {
-                p.cmd("SADD").arg(&probe.allow).arg(code(1, i).as_str()).ignore();
-            }
-            p.query_async::<()>(conn).await?;
-            let after = used_memory(conn).await?;
-            redis::cmd("DEL").arg(&probe.allow).query_async::<()>(conn).await?;
-            after - with_allow
-        };
-        *bytes_per_waiter = (with_allow - before - allow_only) as f64 / n as f64;
-    }
+    send(conn, cmds).await?;
     Ok(held)
 }
 
+/// As many waiters as seats, spread over the levels, each a registered code; returns the Redis
+/// memory one waiting entry takes (its `waitq` member and `waiters` field, without the allowlist
+/// entry every registered code has anyway, measured apart).
+async fn fill_waiters(
+    conn: &mut MultiplexedConnection,
+    keys: &EventKeys,
+    args: &ReleaseOfferArgs,
+) -> anyhow::Result<f64> {
+    let n = args.releases;
+    let before = used_memory(conn).await?;
+    let mut cmds = Vec::with_capacity(3 * n);
+    for i in 0..n {
+        let c = code(1, i);
+        let (l, seq) = (level(args, i + 1), format!("{:015}", i + 1));
+        cmds.push(redis::cmd("ZADD").arg(&keys.waitq).arg(0).arg(format!("{l} {seq} {}", c.as_str())).clone());
+        let waiter = format!("waiter-nonce-{i:08} {l} {seq} 1");
+        cmds.push(redis::cmd("HSET").arg(&keys.waiters).arg(c.as_str()).arg(waiter).clone());
+        cmds.push(redis::cmd("SADD").arg(&keys.allow).arg(c.as_str()).clone());
+    }
+    send(conn, cmds).await?;
+    let with_allow = used_memory(conn).await?;
+    let probe = EventKeys::new(&EventId::parse("probe")?);
+    send(conn, (0..n).map(|i| redis::cmd("SADD").arg(&probe.allow).arg(code(1, i).as_str()).clone()).collect()).await?;
+    let allow_only = used_memory(conn).await? - with_allow;
+    redis::cmd("DEL").arg(&probe.allow).query_async::<()>(conn).await?;
+    Ok((with_allow - before - allow_only) as f64 / n as f64)
+}
+
+/// `cmds` in pipelines of a thousand, so no one reply is large.
+async fn send(conn: &mut MultiplexedConnection, cmds: Vec<redis::Cmd>) -> anyhow::Result<()> {
+    for chunk in cmds.chunks(1000) {
+        let mut pipe = redis::pipe();
+        for cmd in chunk {
+            pipe.add_command(cmd.clone()).ignore();
+        }
+        pipe.query_async::<()>(conn).await?;
+    }
+    Ok(())
+}
+
+/// Releases every held seat, spread over `conns`; Redis's own time per call is read on the first
+/// (its statistics reset before the pass).
 async fn release_all(
-    conns: &[MultiplexedConnection],
+    conns: &mut [MultiplexedConnection],
     scripts: &std::sync::Arc<Scripts>,
     keys: &EventKeys,
     held: Vec<Admission>,
@@ -223,6 +224,7 @@ async fn release_all(
         offers += o;
     }
     let secs = started.elapsed().as_secs_f64();
+    let redis_us_per_call = evalsha_usec_per_call(&mut conns[0]).await?;
     Ok(Pass {
         name,
         releases,
@@ -231,7 +233,7 @@ async fn release_all(
         p50_us: all.value_at_quantile(0.5),
         p99_us: all.value_at_quantile(0.99),
         p999_us: all.value_at_quantile(0.999),
-        redis_us_per_call: 0.0,
+        redis_us_per_call,
     })
 }
 
