@@ -174,6 +174,18 @@ async fn a_wiped_redis_is_rebuilt_postgres() {
     a_wiped_redis_is_rebuilt(Backend::Postgres).await;
 }
 
+/// `code`'s seat leaked as the history below leaves it — no record, not counted, the seat out of
+/// the pool, the booking released — then one heal, which returns that seat; the booking's row.
+async fn leak_and_heal(app: &TestApp, code: &str) -> BookingRow {
+    let w = row(app, code).await;
+    lose_admission(app, &w);
+    app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.free).arg(w.slot));
+    assert_eq!(app.operator(code, "cancel", Some(OPERATOR_TOKEN)).await.status, 200);
+    let Healed::Done(report) = app.sale.heal_event(&app.event).await.unwrap() else { panic!("healed") };
+    assert_eq!(report.seats_returned, 1, "{report:?}");
+    w
+}
+
 /// A seat leaks when Redis lost its holder W, another admission took it and the database refused
 /// that one (the seat stays out of the pool), and W was released before a heal: W's release found
 /// nothing to free. The heal returns it to the pool, and the event sells every seat.
@@ -181,13 +193,7 @@ async fn a_wiped_redis_is_rebuilt_postgres() {
 async fn a_seat_nobody_holds_goes_back_to_the_pool() {
     let app = spawn_app(AppOptions { seats: 3, levels: vec![("A1", 3)], ..Default::default() }).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("w")).await.status, 201);
-    let w = row(&app, "CODE-00001").await;
-    // What that history leaves: no record, not counted, the seat out of the pool, W released.
-    lose_admission(&app, &w);
-    app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.free).arg(w.slot));
-    assert_eq!(app.operator("CODE-00001", "cancel", Some(OPERATOR_TOKEN)).await.status, 200);
-    let Healed::Done(report) = app.sale.heal_event(&app.event).await.unwrap() else { panic!("healed") };
-    assert_eq!(report.seats_returned, 1, "{report:?}");
+    leak_and_heal(&app, "CODE-00001").await;
     app.assert_invariants().await;
     for i in 2..=4 {
         assert_eq!(app.book(&format!("CODE-{i:05}"), "A1", &nonce("c")).await.status, 201, "CODE-{i:05}");
@@ -203,21 +209,9 @@ async fn a_seat_the_heal_returns_goes_to_the_first_waiter() {
     assert_eq!(app.book("CODE-00002", "A1", &nonce("w")).await.status, 201);
     let waiter = nonce("q");
     assert_eq!(app.wait("CODE-00003", "A1", &waiter).await.status, 202, "sold out: it waits");
-    let w = row(&app, "CODE-00001").await;
-    lose_admission(&app, &w);
-    app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.free).arg(w.slot));
-    assert_eq!(app.operator("CODE-00001", "cancel", Some(OPERATOR_TOKEN)).await.status, 200);
-    let Healed::Done(report) = app.sale.heal_event(&app.event).await.unwrap() else { panic!("healed") };
-    assert_eq!(report.seats_returned, 1, "{report:?}");
+    let w = leak_and_heal(&app, "CODE-00001").await;
     assert_ne!(app.book("CODE-00004", "A1", &nonce("r")).await.status, 201, "the refresher does not get it");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let offered = loop {
-        let answer = app.wait("CODE-00003", "A1", &waiter).await;
-        if answer.status != 202 || Instant::now() > deadline {
-            break answer;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let offered = crate::waitlist::poll_until_offered(&app, "CODE-00003", "A1", &waiter).await;
     assert_eq!((offered.status, offered.body["slot"].as_i64()), (201, Some(w.slot)), "{:?}", offered.body);
     assert_eq!(app.sale.drain(&app.event, Duration::from_secs(10)).await.unwrap(), 0);
     app.assert_invariants().await;

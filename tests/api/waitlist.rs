@@ -15,7 +15,7 @@ fn sold_out_one_level(backend: Backend) -> AppOptions {
 }
 
 /// Polls the waiting list with the same code and nonce until the answer is a seat, within a bound.
-async fn poll_until_offered(app: &TestApp, code: &str, level: &str, n: &str) -> Answer {
+pub(crate) async fn poll_until_offered(app: &TestApp, code: &str, level: &str, n: &str) -> Answer {
     let deadline = Instant::now() + OFFER_WAIT;
     loop {
         let answer = app.wait(code, level, n).await;

@@ -4,7 +4,7 @@
 //! and a sale closed while they wait are said plainly.
 
 use crate::accessibility::assert_accessible;
-use crate::helpers::{nonce, spawn_app, AppOptions, EVENT, OPERATOR_TOKEN};
+use crate::helpers::{nonce, spawn_app, AppOptions, TestApp, EVENT, OPERATOR_TOKEN};
 use crate::pages::{book, open_booking_page};
 use crate::webdriver::{Browser, Screen};
 use serde_json::json;
@@ -74,18 +74,24 @@ async fn a_sold_out_person_joins_the_waiting_list_and_is_offered_a_freed_seat_wi
     app.assert_invariants().await;
 }
 
+/// A phone on the booking page of an event whose one level (cap: the whole event) is full: `code`
+/// books, is told the level is full (its cap's check comes first) and offered the waiting list.
+async fn full_and_join_offered(app: &TestApp, code: &str) -> Browser {
+    let browser = Browser::start(Screen::Phone).await;
+    open_booking_page(app, &browser).await;
+    book(&browser, code, "A1").await;
+    browser.wait_for_text("#result.bad", "This level is full").await;
+    browser.wait_for_text("#join", "Join the waiting list").await;
+    browser
+}
+
 /// Between "sold out" and the press on "Join", a seat came free and nobody waits for it: the
 /// list answers `seats_available`, and the page sends the person to book, focusing the button.
 #[tokio::test]
 async fn a_join_answered_seats_available_sends_the_person_to_book() {
     let app = spawn_app(AppOptions { seats: 1, levels: vec![("A1", 1)], ..Default::default() }).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
-    let browser = Browser::start(Screen::Phone).await;
-    open_booking_page(&app, &browser).await;
-    book(&browser, "CODE-00002", "A1").await;
-    // The level's cap is the whole event: its check comes first, so the answer is level_full.
-    browser.wait_for_text("#result.bad", "This level is full").await;
-    browser.wait_for_text("#join", "Join the waiting list").await;
+    let browser = full_and_join_offered(&app, "CODE-00002").await;
 
     assert_eq!(app.operator("CODE-00001", "cancel", Some(OPERATOR_TOKEN)).await.status, 200);
     browser.find("#join").await.click().await;
@@ -113,10 +119,7 @@ async fn a_join_answered_seats_available_sends_the_person_to_book() {
 async fn a_waiting_person_is_told_when_the_sale_closes() {
     let app = spawn_app(AppOptions { seats: 1, levels: vec![("A1", 1)], ..Default::default() }).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
-    let browser = Browser::start(Screen::Phone).await;
-    open_booking_page(&app, &browser).await;
-    book(&browser, "CODE-00002", "A1").await;
-    browser.wait_for_text("#join", "Join the waiting list").await;
+    let browser = full_and_join_offered(&app, "CODE-00002").await;
     browser.find("#join").await.click().await;
     browser.wait_for_text("#result.wait", "You are number 1 in line").await;
 
@@ -137,10 +140,7 @@ async fn a_full_waiting_list_is_said_plainly() {
     let app = spawn_app(AppOptions { seats: 1, levels: vec![("A1", 1)], waitlist_max: 1, ..Default::default() }).await;
     assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
     assert_eq!(app.wait("CODE-00002", "A1", &nonce("w")).await.status, 202, "the one place is taken");
-    let browser = Browser::start(Screen::Phone).await;
-    open_booking_page(&app, &browser).await;
-    book(&browser, "CODE-00003", "A1").await;
-    browser.wait_for_text("#join", "Join the waiting list").await;
+    let browser = full_and_join_offered(&app, "CODE-00003").await;
     browser.find("#join").await.click().await;
     browser.wait_for_text("#result.bad", "the waiting list is full").await;
     assert_eq!(browser.eval("return document.activeElement.id;", json!([])).await, "result", "focus on the answer");
