@@ -56,6 +56,9 @@ pub enum HoldOutcome {
     SoldOut,
     /// Another code's row holds this seat number.
     SeatTaken,
+    /// The attempt (code, nonce) was spent by a final refusal (the fence): nothing written; the
+    /// request answers the refusal told.
+    Spent(crate::actors::Answer),
 }
 
 /// The undo's write (`Store::reap`, used by every undo).
@@ -94,6 +97,8 @@ pub struct Db {
     /// `move_claims`, bit `mid`: the move landed (`done`) or was given up (`aborted`).
     pub moves_done: u16,
     pub moves_aborted: u16,
+    /// `attempts` (the fence): (code, nonce, the refusal told) spent by a final refusal.
+    pub spent: Vec<(u8, u8, crate::actors::Answer)>,
 }
 
 /// What the move's transaction found (`Store::move_booking`).
@@ -108,7 +113,7 @@ pub enum MoveOutcome {
 
 impl Db {
     pub fn new(codes: usize) -> Self {
-        Db { rows: vec![None; codes], tombstones: 0, moves_done: 0, moves_aborted: 0 }
+        Db { rows: vec![None; codes], tombstones: 0, moves_done: 0, moves_aborted: 0, spent: Vec::new() }
     }
 
     /// Held and paid rows of one level.
@@ -135,6 +140,16 @@ impl Db {
     pub fn hold(&mut self, caps: &[u8], seats: u8, code: u8, adm: Record) -> HoldOutcome {
         if self.tombstones & (1 << adm.aid) != 0 && self.rows[code as usize].is_none_or(|r| r.aid != adm.aid) {
             return HoldOutcome::ReaperWon;
+        }
+        // The fence: a held write of a spent attempt changes nothing; the row is judged.
+        if let Some(&(_, _, told)) = self.spent.iter().find(|&&(c, n, _)| c == code && n == adm.nonce) {
+            return match self.rows[code as usize].filter(|r| r.holds_seat()) {
+                Some(r) if r.aid == adm.aid => {
+                    HoldOutcome::AlreadyHeld { expired: r.expired && r.state == RowState::Held }
+                }
+                Some(r) if r.nonce == adm.nonce => HoldOutcome::SameNonceHolds(r),
+                _ => HoldOutcome::Spent(told),
+            };
         }
         if self.may_write(code, adm.aid) {
             let others = |r: &&Row| r.holds_seat();
@@ -208,6 +223,15 @@ impl Db {
                 r if r.aid == adm.aid => ClaimOutcome::Released,
                 _ => ClaimOutcome::OtherHolds,
             },
+        }
+    }
+
+    /// The fence's spend, in the refusal's read of the row: unless the row holds a seat for this
+    /// very nonce, the attempt is recorded spent with the refusal told.
+    pub fn spend(&mut self, code: u8, nonce: u8, told: crate::actors::Answer) {
+        if !self.spent.iter().any(|&(c, n, _)| c == code && n == nonce) {
+            self.spent.push((code, nonce, told));
+            self.spent.sort_unstable_by_key(|&(c, n, _)| (c, n));
         }
     }
 

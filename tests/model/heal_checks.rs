@@ -161,3 +161,30 @@ fn not_a_retry_unread_refuses_a_held_retry() {
         "a client with a held row is never told a final refusal"
     );
 }
+
+/// The rack+close world without a heal job (the drain's heal at quiescence stays): an admission
+/// acknowledged, its hold write stalled; the rack failover loses its record; `close`; the retry
+/// is refused by the gate, reads an empty row, and the stalled write lands after that read.
+pub fn one_code_with_rack_close_and_a_stalled_hold() -> Bounds {
+    Bounds { heals: 0, ..one_code_with_rack_and_close() }
+}
+
+/// The fence: a final refusal spends the attempt in its read of the row, and the stalled hold
+/// write of that attempt is skipped.
+#[test]
+fn a_fenced_refusal_keeps_every_property() {
+    check_all(SeatRush::new(one_code_with_rack_close_and_a_stalled_hold(), Switches::default()), "rack, close, fence");
+}
+
+/// Without the fence (`refusal_not_fenced`) the refused nonce holds a seat a moment later.
+#[test]
+fn refusal_not_fenced_lets_a_refused_nonce_hold_a_seat() {
+    let model = SeatRush::new(
+        one_code_with_rack_close_and_a_stalled_hold(),
+        Switches { refusal_not_fenced: true, ..Switches::default() },
+    );
+    assert_eq!(
+        find_counterexample(model, "refusal_not_fenced"),
+        "a candidate told a final refusal for nonce N never holds a seat for N afterwards"
+    );
+}

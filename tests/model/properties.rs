@@ -25,6 +25,15 @@ pub fn all() -> Vec<Property<SeatRush>> {
         Property::always("a client with a held row is never told a final refusal", |_, s: &State| {
             !s.ghost.refused_while_held
         }),
+        Property::always(
+            "a candidate told a final refusal for nonce N never holds a seat for N afterwards",
+            |_, s: &State| {
+                s.ghost
+                    .checked_refusals
+                    .iter()
+                    .all(|&(c, n)| s.db.rows[c as usize].is_none_or(|row| !row.holds_seat() || row.nonce != n))
+            },
+        ),
         Property::always("at quiescence Redis matches the database", |m, s: &State| {
             !quiescent(s) || counters_match(m, &drain(m, s))
         }),

@@ -113,6 +113,9 @@ pub struct Switches {
     /// heal.lua and heal_seats.lua blind to move markers (before the model's finding 6 was
     /// fixed): a move's old seat returned to the pool, a moving code's record put back.
     pub heal_ignores_moves: bool,
+    /// A final refusal only reads the row, it does not spend the attempt (no fence): a stalled
+    /// hold write of the same attempt may land after the read, and the refused nonce holds a seat.
+    pub refusal_not_fenced: bool,
 }
 
 /// The checked system: its bounds and which of today's bugs are switched back on.
@@ -164,6 +167,8 @@ pub struct Ghost {
     pub refused_while_held: bool,
     /// A heal or a rebuild gave Redis back what it had lost (for reachability).
     pub healed: bool,
+    /// (client, nonce): final refusals answered after the row's read (`Pc::CheckRow`).
+    pub checked_refusals: Vec<(u8, u8)>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]

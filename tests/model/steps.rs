@@ -307,7 +307,7 @@ fn request_step(m: &SeatRush, s: &mut State, i: usize, acked: bool) {
                 None => return finish(s, i, answer),
             }
         }
-        Pc::CheckRow { answer } => return check_row(s, i, answer),
+        Pc::CheckRow { answer } => return check_row(m, s, i, answer),
         // The connection reached a primary that has since failed over: a Redis error, 503, and
         // the admission (if the new primary has it) stays pending for the reaper.
         Pc::Wait { epoch, .. } if epoch != s.redis.epoch_of(r.serve) => return finish(s, i, Answer::Retry),
@@ -340,6 +340,7 @@ fn request_step(m: &SeatRush, s: &mut State, i: usize, acked: bool) {
                 s.heal_wanted = true;
                 settle(m, adm, true, Answer::Retry)
             }
+            HoldOutcome::Spent(told) => settle(m, adm, false, told),
         },
         Pc::Persist { adm, answer, fresh } => {
             let call = Call::Persisted { code, nonce: adm.nonce, aid: adm.aid };
@@ -376,9 +377,26 @@ fn settle(m: &SeatRush, adm: Record, seat_held: bool, answer: Answer) -> Pc {
 /// A final refusal's read of the code's row (`Sale::script_refusal`; the gate's `closed`,
 /// `Sale::attempt_row`): a seat held for this nonce is the answer, as for any retry (unless its
 /// hold ran out), and Redis, which refused it, lost its record: evidence for the heal.
-fn check_row(s: &mut State, i: usize, answer: Answer) {
+fn check_row(m: &SeatRush, s: &mut State, i: usize, answer: Answer) {
     let r = s.requests[i];
-    let Some(row) = s.db.rows[r.client as usize].filter(|row| row.holds_seat()) else {
+    let row = s.db.rows[r.client as usize].filter(|row| row.holds_seat());
+    let told = match row {
+        Some(row) if row.nonce != r.nonce && matches!(answer, Answer::LevelFull | Answer::SoldOut) => {
+            Answer::AlreadyAdmitted
+        }
+        _ => answer,
+    };
+    // The fence: in the same step as the read, the attempt is spent unless the row holds a seat
+    // for this very nonce.
+    if row.is_none_or(|row| row.nonce != r.nonce) {
+        if !m.switches.refusal_not_fenced {
+            s.db.spend(r.client, r.nonce, told);
+        }
+        s.ghost.checked_refusals.push((r.client, r.nonce));
+        s.ghost.checked_refusals.sort_unstable();
+        s.ghost.checked_refusals.dedup();
+    }
+    let Some(row) = row else {
         return finish(s, i, answer);
     };
     if row.nonce == r.nonce {
