@@ -13,6 +13,7 @@ use crate::domain::code::CodeHash;
 use crate::domain::event::{now_ms, LevelName};
 use crate::fault_hooks::CrashPoint;
 use crate::redis_io::scripts::{OutsideWindow, ScriptRefusal};
+use crate::sale::answer::AnswerStatus;
 use crate::sale::booking::{Booked, BookingRequest, Refusal};
 use crate::sale::catalog::{EventView, Window};
 use crate::sale::committer::{AdmitCall, CommitError, Committed};
@@ -38,7 +39,7 @@ impl Sale {
                 // final for an attempt whose seat the database holds. A code refused as not
                 // registered reads nothing more: that is a guesser's path.
                 if matches!(refusal, Refusal::Closed | Refusal::NotOpen) && self.heals() {
-                    if let Some(row) = self.attempt_row(&view, req).await? {
+                    if let Some(row) = self.attempt_row(&view, req, refusal).await? {
                         return self.answer_from_database(&view, row).await;
                     }
                 }
@@ -158,7 +159,7 @@ impl Sale {
                 if !self.heals() {
                     return Err(gate);
                 }
-                return match self.attempt_row(view, req).await? {
+                return match self.attempt_row(view, req, &gate).await? {
                     Some(row) => self.answer_from_database(view, row).await,
                     None => Err(gate),
                 };
@@ -203,12 +204,11 @@ impl Sale {
                 ),
             });
         }
-        let row = match self.code_row(view, &req.code).await {
-            Ok(row) => row.filter(|r| r.holds_seat()),
-            // Unread, a refusal is not final (a second click's `409` just names no seat).
-            Err(retry) if final_refusal.is_some() => return Err(retry),
-            Err(_) => None,
-        };
+        // The read spends this attempt (docs/design.md#a-final-refusal-spends-its-attempt): an
+        // earlier admission of this nonce whose write is still in flight can no longer land.
+        // Unread (and unspent), a refusal is not final.
+        let told = final_refusal.as_ref().map_or(AnswerStatus::AlreadyAdmitted, Refusal::answer);
+        let row = self.spent_row(view, req, told).await?.filter(|r| r.holds_seat());
         let Some(row) = row else {
             return Err(final_refusal.unwrap_or(Refusal::AlreadyAdmitted(None)));
         };
@@ -228,13 +228,36 @@ impl Sale {
         }
     }
 
-    /// The code's row, when it holds a seat for this very attempt (this nonce).
+    /// The code's row, when it holds a seat for this very attempt (this nonce); otherwise the
+    /// attempt is spent with `refusal`, which is then final.
     async fn attempt_row(
         &self,
         view: &EventView,
         req: &BookingRequest,
+        refusal: &Refusal,
     ) -> Result<Option<crate::store::BookingRow>, Refusal> {
-        Ok(self.code_row(view, &req.code).await?.filter(|r| r.holds_seat() && r.nonce == req.nonce))
+        Ok(self.spent_row(view, req, refusal.answer()).await?.filter(|r| r.holds_seat() && r.nonce == req.nonce))
+    }
+
+    /// The code's row, read in the step that spends this attempt with `told` unless the row
+    /// holds a seat for this nonce. Bounded by the persist deadline: past it, or unread, the
+    /// answer is `Retry` (the spend may still land; a later write of the attempt is then told
+    /// `told`, never given a seat its candidate does not know of).
+    async fn spent_row(
+        &self,
+        view: &EventView,
+        req: &BookingRequest,
+        told: AnswerStatus,
+    ) -> Result<Option<crate::store::BookingRow>, Refusal> {
+        let spend = self.seat_reads.spend_attempt(&view.id, &req.code, &req.nonce, told.as_str());
+        match tokio::time::timeout(self.settings.persist_deadline, spend).await {
+            Ok(Ok(row)) => Ok(row),
+            Ok(Err(e)) => {
+                tracing::debug!(event = %view.id, error = %e, "a refusal's spend failed");
+                Err(Refusal::Retry("database unavailable"))
+            }
+            Err(_) => Err(Refusal::Retry("database read past its deadline")),
+        }
     }
 
     /// The database holds this attempt's seat while Redis refused it: Redis lost the attempt's
@@ -290,10 +313,11 @@ impl Sale {
                 return unexpired(seat, clock_ms);
             }
             HoldOutcome::ReaperWon => {
-                // Claimed released first (or a later admission took the row): settle it like every
-                // other undo, so a racing write of this admission is judged by the arbiter too.
+                // Claimed released first (or a later admission took the row, or a final refusal
+                // spent this attempt): settle it like every other undo, so a racing write of this
+                // admission is judged by the arbiter too.
                 self.settle_or_leave(view, &admission, false).await;
-                return Err(Refusal::Retry("admission expired before it was saved"));
+                return Err(self.spent_answer(view, &admission).await);
             }
             HoldOutcome::CodeHasSeat(seat) => {
                 // Redis admitted a code the database says holds a seat: Redis lost its record.
@@ -313,6 +337,15 @@ impl Sale {
         Stats::bump(&self.stats.undone_refused);
         self.settle_or_leave(view, &admission, seat_held).await;
         Err(refusal)
+    }
+
+    /// A skipped write's answer: the final refusal its attempt was told, when a refusal spent
+    /// it, so the attempt's answer never changes; else `Retry`.
+    async fn spent_answer(&self, view: &EventView, admission: &Admission) -> Refusal {
+        match self.store.spent(&view.id, &admission.code, &admission.nonce).await {
+            Ok(Some(told)) => Refusal::spent(&told).unwrap_or(Refusal::Retry("attempt refused")),
+            _ => Refusal::Retry("admission expired before it was saved"),
+        }
     }
 
     /// Settles an admission that gets no seat from this request; if the database or Redis is

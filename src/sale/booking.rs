@@ -72,4 +72,21 @@ impl Refusal {
             Refusal::Queued(_) => AnswerStatus::Queued,
         }
     }
+
+    /// The final refusal a spent attempt was told (its `attempts.refused`), told again to a
+    /// later write of that attempt; None for a text that names no final refusal.
+    pub fn spent(told: &str) -> Option<Refusal> {
+        Some(match AnswerStatus::ALL.into_iter().find(|s| s.as_str() == told)? {
+            AnswerStatus::NotOpen => Refusal::NotOpen,
+            AnswerStatus::Closed => Refusal::Closed,
+            AnswerStatus::NotRegistered => Refusal::NotRegistered,
+            AnswerStatus::NotEligible => Refusal::NotEligible,
+            AnswerStatus::AlreadyAdmitted => Refusal::AlreadyAdmitted(None),
+            AnswerStatus::LevelFull => Refusal::LevelFull,
+            AnswerStatus::SoldOut => Refusal::SoldOut,
+            AnswerStatus::SeatsAvailable => Refusal::SeatsAvailable,
+            AnswerStatus::WaitlistFull => Refusal::WaitlistFull,
+            _ => return None,
+        })
+    }
 }

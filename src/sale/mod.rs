@@ -23,6 +23,7 @@ pub mod waitlist;
 
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
+use crate::domain::nonce::Nonce;
 use crate::fault_hooks::FaultPlan;
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::scripts::{self, Scripts};
@@ -90,6 +91,20 @@ impl SeatReads {
         match self {
             SeatReads::Writer(writer) => writer.booking(event, code).await,
             SeatReads::Pool(store) => store.booking(event, code).await,
+        }
+    }
+
+    /// The row, read in the step that spends the attempt (`Store::spend_attempt`).
+    async fn spend_attempt(
+        &self,
+        event: &EventId,
+        code: &CodeHash,
+        nonce: &Nonce,
+        refused: &'static str,
+    ) -> Result<Option<BookingRow>, StoreError> {
+        match self {
+            SeatReads::Writer(writer) => writer.spend_attempt(event, code, nonce, refused).await,
+            SeatReads::Pool(store) => store.spend_attempt(event, code, nonce, refused).await,
         }
     }
 }

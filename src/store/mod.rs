@@ -2,6 +2,7 @@
 //! counts. One [`Store`] over two real backends, SQLite (the default, a file) and PostgreSQL; the
 //! SQL is shared (`$N` placeholders work in both) and runs through [`on_pool!`].
 
+mod attempts;
 mod audit;
 mod bookings;
 mod columns;

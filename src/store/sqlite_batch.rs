@@ -42,6 +42,8 @@ const REWIND_TRIES: usize = 20;
 const REWIND_RETRY: Duration = Duration::from_millis(1);
 /// SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY, the codes sqlx reports as unique violations.
 const UNIQUE_CODES: [i32; 2] = [2067, 1555];
+/// Refusals spent in one commit at most (each is one indexed insert and one read).
+const SPENDS_PER_COMMIT_MAX: usize = 256;
 
 /// What the writer's thread is asked to do, and where the answer goes.
 enum Request {
@@ -52,6 +54,17 @@ enum Request {
     /// its cache whenever the WAL has changed, which under a sale is before nearly every read, and
     /// through sqlx each such read fetched about seven pages again (issue 10).
     Booking(EventId, CodeHash, tokio::sync::oneshot::Sender<rusqlite::Result<Option<BookingRow>>>),
+    /// A final refusal's read that spends its attempt ([`super::Store::spend_attempt`]).
+    Spend(Spend),
+}
+
+/// One final refusal's spend: event, code, nonce, the answer told, and where the row goes.
+struct Spend {
+    event: EventId,
+    code: CodeHash,
+    nonce: Nonce,
+    refused: &'static str,
+    reply: tokio::sync::oneshot::Sender<rusqlite::Result<Option<BookingRow>>>,
 }
 
 /// One SQLite connection used only for batched holds (and the `409` seat reads between them), on
@@ -82,7 +95,8 @@ impl SqliteBatchWriter {
         thread("sqlite-writer")
             .spawn(move || {
                 let _writing = writing;
-                for request in requests {
+                let mut next = None;
+                while let Some(request) = next.take().or_else(|| requests.recv().ok()) {
                     match request {
                         Request::Hold(items, reply) => {
                             let _ = reply.send(write(&mut conn, &items));
@@ -92,6 +106,22 @@ impl SqliteBatchWriter {
                         Request::Booking(_, _, reply) if reply.is_closed() => {}
                         Request::Booking(event, code, reply) => {
                             let _ = reply.send(read_row(&conn, event.as_str(), code.as_str()));
+                        }
+                        // A sold-out crowd's refusals come in runs: the ones already queued share
+                        // one transaction, one sync to disk.
+                        Request::Spend(first) => {
+                            let mut spends = vec![first];
+                            while spends.len() < SPENDS_PER_COMMIT_MAX {
+                                match requests.try_recv() {
+                                    Ok(Request::Spend(more)) => spends.push(more),
+                                    Ok(other) => {
+                                        next = Some(other);
+                                        break;
+                                    }
+                                    Err(_) => break,
+                                }
+                            }
+                            spend_all(&mut conn, spends);
                         }
                     }
                 }
@@ -116,6 +146,59 @@ impl SqliteBatchWriter {
         let (reply, found) = tokio::sync::oneshot::channel();
         self.batches.send(Request::Booking(event.clone(), code.clone(), reply)).map_err(|_| stopped())?;
         found.await.map_err(|_| stopped())?.map_err(sql_error)
+    }
+
+    /// The code's booking row, read in one transaction with the spend of this attempt (see
+    /// [`super::Store::spend_attempt`]), on the writer's thread between two batches.
+    pub async fn spend_attempt(
+        &self,
+        event: &EventId,
+        code: &CodeHash,
+        nonce: &Nonce,
+        refused: &'static str,
+    ) -> Result<Option<BookingRow>, StoreError> {
+        let (reply, found) = tokio::sync::oneshot::channel();
+        let spend = Spend { event: event.clone(), code: code.clone(), nonce: nonce.clone(), refused, reply };
+        self.batches.send(Request::Spend(spend)).map_err(|_| stopped())?;
+        found.await.map_err(|_| stopped())?.map_err(sql_error)
+    }
+}
+
+/// Spends in one write transaction; a failed commit fails them all (none was answered yet).
+fn spend_all(conn: &mut Connection, spends: Vec<Spend>) {
+    let spends: Vec<Spend> = spends.into_iter().filter(|s| !s.reply.is_closed()).collect();
+    if spends.is_empty() {
+        return;
+    }
+    let done = (|| {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut rows = Vec::with_capacity(spends.len());
+        for s in &spends {
+            let (event, code) = (s.event.as_str(), s.code.as_str());
+            tx.prepare_cached(super::attempts::SPEND_SQLITE)?.execute(params![
+                event,
+                code,
+                s.nonce.as_str(),
+                s.refused
+            ])?;
+            rows.push(read_row(&tx, event, code)?);
+        }
+        tx.commit()?;
+        Ok(rows)
+    })();
+    match done {
+        Ok(rows) => spends.into_iter().zip(rows).for_each(|(s, row)| {
+            let _ = s.reply.send(Ok(row));
+        }),
+        Err(e) => {
+            let e: rusqlite::Error = e;
+            // Each caller gets the failure with its SQLite code (busy, full, I/O), as a batch's do.
+            let code = e.sqlite_error().copied().unwrap_or(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR));
+            let text = e.to_string();
+            for s in spends {
+                let _ = s.reply.send(Err(rusqlite::Error::SqliteFailure(code, Some(text.clone()))));
+            }
+        }
     }
 }
 

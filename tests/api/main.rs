@@ -31,6 +31,7 @@ mod schema;
 mod scripts;
 mod secrecy;
 mod sessions;
+mod spent_attempts;
 mod support;
 mod tls;
 mod waitlist;

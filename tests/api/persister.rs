@@ -19,7 +19,7 @@ fn hash(code: &str) -> CodeHash {
     CodeHasher::plain().hash(&NormalisedCode::parse(code).unwrap())
 }
 
-fn item(code: &str, admission: &str, slot: i64, level: &str) -> HoldItem {
+pub(crate) fn item(code: &str, admission: &str, slot: i64, level: &str) -> HoldItem {
     let admission = Admission {
         code: hash(code),
         nonce: Nonce::parse(&format!("nonce-{admission}")).unwrap(),
@@ -32,7 +32,7 @@ fn item(code: &str, admission: &str, slot: i64, level: &str) -> HoldItem {
 }
 
 /// A retry whose first admission Redis lost: the same nonce, a new admission id.
-fn retry_redis_lost(code: &str, admission: &str, slot: i64, level: &str) -> HoldItem {
+pub(crate) fn retry_redis_lost(code: &str, admission: &str, slot: i64, level: &str) -> HoldItem {
     let mut again = item(code, admission, slot, level);
     again.admission.id = format!("{admission}-again");
     again
@@ -88,7 +88,7 @@ fn assert_hold_runs_from_the_write(outcomes: &[HoldOutcome], before_ms: i64, hol
     }
 }
 
-async fn fresh_store(backend: Backend) -> (TestDb, Store) {
+pub(crate) async fn fresh_store(backend: Backend) -> (TestDb, Store) {
     let db = test_db(backend).await;
     let store = Store::connect(&db.url).await.unwrap();
     store
@@ -180,14 +180,14 @@ async fn hold_one_at_a_time(store: &Store, batches: Vec<Vec<HoldItem>>) -> Vec<H
 
 /// The batch writer under test: `Store::hold_batch` on the pool, or the persister's own writer
 /// (`direct`): SQLite's batch writer thread, or a PostgreSQL connection the writer keeps.
-enum BatchUnderTest<'a> {
+pub(crate) enum BatchUnderTest<'a> {
     Pool(&'a Store),
     Sqlite(SqliteBatchWriter),
     Postgres(PostgresBatchWriter),
 }
 
 impl<'a> BatchUnderTest<'a> {
-    fn new(store: &'a Store, direct: bool) -> Self {
+    pub(crate) fn new(store: &'a Store, direct: bool) -> Self {
         match (direct, store.postgres_batch_writer()) {
             (false, _) => Self::Pool(store),
             (true, Some(postgres)) => Self::Postgres(postgres),
@@ -198,7 +198,7 @@ impl<'a> BatchUnderTest<'a> {
     /// One batch, one transaction: each booking's own outcome. The batch answers with the
     /// database's clock at the write (a retry's hold is judged by it): read between the call's
     /// start and its end, and no earlier than the start of the holds it wrote.
-    async fn write(&mut self, batch: Vec<HoldItem>) -> Vec<Result<HoldOutcome, StoreError>> {
+    pub(crate) async fn write(&mut self, batch: Vec<HoldItem>) -> Vec<Result<HoldOutcome, StoreError>> {
         let hold_ms: Vec<i64> = batch.iter().map(|i| i.hold_ms).collect();
         let before_ms = seatrush::domain::event::now_ms();
         let written = match self {
