@@ -4,12 +4,16 @@
 //! refusal read before the same attempt's stalled write lands can never be followed by that
 //! write holding a seat the candidate was told they do not have.
 
-use super::bookings::{BookingRow, BOOKING_BY_CODE};
+use super::bookings::{BookingRow, BOOKING_BY_CODE, SPEND_BY_CODE_POSTGRES};
 use super::{Store, StoreError};
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
 use crate::domain::nonce::Nonce;
 
+/// PostgreSQL's spend is one call of migration 0031's function, which locks the attempt's row
+/// before it reads the booking (waiting out a held write of the attempt not yet committed):
+/// `SPEND_BY_CODE_POSTGRES`, beside the booking row's other reads.
+///
 /// SQLite's spend (`$1` event, `$2` code, `$3` nonce, `$4` the answer told): a write first, so
 /// the transaction holds the one write lock before the read that follows it, and no held write
 /// of the attempt can commit between the two.
@@ -17,11 +21,6 @@ pub(super) const SPEND_SQLITE: &str = "INSERT INTO attempts (event_id, code_hash
      SELECT $1, $2, $3, $4 WHERE NOT EXISTS (SELECT 1 FROM bookings
          WHERE event_id = $1 AND code_hash = $2 AND nonce = $3 AND state IN ('held', 'paid'))
      ON CONFLICT (event_id, code_hash, nonce) DO UPDATE SET refused = coalesce(refused, excluded.refused)";
-
-/// PostgreSQL's spend: one call of migration 0031's function, which locks the attempt's row
-/// before it reads the booking (waiting out a held write of the attempt not yet committed).
-const SPEND_POSTGRES: &str = "SELECT code_hash, nonce, admission_id, slot, level, state, admitted_ms, hold_until_ms
-     FROM seatrush_spend_attempt($1, $2, $3, $4)";
 
 const SPENT: &str =
     "SELECT refused FROM attempts WHERE event_id = $1 AND code_hash = $2 AND nonce = $3 AND refused IS NOT NULL";
@@ -45,7 +44,7 @@ impl Store {
                 tx.commit().await?;
                 Ok(row)
             }
-            Store::Postgres(pool) => Ok(sqlx::query_as(SPEND_POSTGRES)
+            Store::Postgres(pool) => Ok(sqlx::query_as(SPEND_BY_CODE_POSTGRES)
                 .bind(event)
                 .bind(code)
                 .bind(nonce)

@@ -38,6 +38,10 @@ pub(super) const ROW_COLUMNS: &str = row_columns!();
 /// on the SQLite writer's connection alike.
 pub(super) const BOOKING_BY_CODE: &str =
     concat!("SELECT ", row_columns!(), " FROM bookings WHERE event_id = $1 AND code_hash = $2");
+/// The same row as PostgreSQL's refusal reads it, in the call that spends the attempt
+/// (`$3` nonce, `$4` the answer told; migration 0031, `Store::spend_attempt`).
+pub(super) const SPEND_BY_CODE_POSTGRES: &str =
+    concat!("SELECT ", row_columns!(), " FROM seatrush_spend_attempt($1, $2, $3, $4)");
 
 /// `release_syncs` as released booking rows with their event, each hold ending at its release.
 const UNSYNCED_COLUMNS: &str =

@@ -170,28 +170,13 @@ fn spend_all(conn: &mut Connection, spends: Vec<Spend>) {
     if spends.is_empty() {
         return;
     }
-    let done = (|| {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut rows = Vec::with_capacity(spends.len());
-        for s in &spends {
-            let (event, code) = (s.event.as_str(), s.code.as_str());
-            tx.prepare_cached(super::attempts::SPEND_SQLITE)?.execute(params![
-                event,
-                code,
-                s.nonce.as_str(),
-                s.refused
-            ])?;
-            rows.push(read_row(&tx, event, code)?);
+    match spend_in_one_transaction(conn, &spends) {
+        Ok(rows) => {
+            for (s, row) in spends.into_iter().zip(rows) {
+                let _ = s.reply.send(Ok(row));
+            }
         }
-        tx.commit()?;
-        Ok(rows)
-    })();
-    match done {
-        Ok(rows) => spends.into_iter().zip(rows).for_each(|(s, row)| {
-            let _ = s.reply.send(Ok(row));
-        }),
         Err(e) => {
-            let e: rusqlite::Error = e;
             // Each caller gets the failure with its SQLite code (busy, full, I/O), as a batch's do.
             let code = e.sqlite_error().copied().unwrap_or(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR));
             let text = e.to_string();
@@ -200,6 +185,19 @@ fn spend_all(conn: &mut Connection, spends: Vec<Spend>) {
             }
         }
     }
+}
+
+/// Each spend's insert, then its code's row, in order, in one IMMEDIATE transaction.
+fn spend_in_one_transaction(conn: &mut Connection, spends: &[Spend]) -> rusqlite::Result<Vec<Option<BookingRow>>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut rows = Vec::with_capacity(spends.len());
+    for s in spends {
+        let (event, code) = (s.event.as_str(), s.code.as_str());
+        tx.prepare_cached(super::attempts::SPEND_SQLITE)?.execute(params![event, code, s.nonce.as_str(), s.refused])?;
+        rows.push(read_row(&tx, event, code)?);
+    }
+    tx.commit()?;
+    Ok(rows)
 }
 
 /// The batch writer's write on a connection opened for it alone, for [`super::Store::hold_batch`]:

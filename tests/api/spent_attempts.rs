@@ -20,13 +20,17 @@ async fn spend(store: &Store, direct: bool, code: &str, admission: &str) -> Opti
     store.spend_attempt(&i.event, &i.admission.code, &i.admission.nonce, "sold_out").await.unwrap()
 }
 
+/// One batch through the writer under test: its bookings' outcome kinds.
+async fn written(writer: &mut BatchUnderTest<'_>, batch: Vec<seatrush::store::HoldItem>) -> Vec<&'static str> {
+    writer.write(batch).await.into_iter().map(|o| o.unwrap().kind()).collect()
+}
+
 async fn check_a_late_write_of_a_spent_attempt_is_skipped(backend: Backend, direct: bool) {
     let (_db, store) = fresh_store(backend).await;
     let mut writer = BatchUnderTest::new(&store, direct);
     assert_eq!(spend(&store, direct, "CODE-7", "g1").await, None, "no row: the refusal stands");
     let late = item("CODE-7", "g1", 1, "B1");
-    let outcomes = writer.write(vec![late.clone()]).await;
-    assert_eq!(outcomes.into_iter().map(|o| o.unwrap().kind()).collect::<Vec<_>>(), ["reaper_won"]);
+    assert_eq!(written(&mut writer, vec![late.clone()]).await, ["reaper_won"]);
     assert_eq!(store.booking(&late.event, &late.admission.code).await.unwrap(), None, "the late write held nothing");
     assert_eq!(
         store.spent(&late.event, &late.admission.code, &late.admission.nonce).await.unwrap().as_deref(),
@@ -34,18 +38,14 @@ async fn check_a_late_write_of_a_spent_attempt_is_skipped(backend: Backend, dire
     );
     // Another attempt of the same code is a new attempt: it books.
     let next = item("CODE-7", "g2", 1, "B1");
-    let outcomes = writer.write(vec![next]).await;
-    assert_eq!(outcomes.into_iter().map(|o| o.unwrap().kind()).collect::<Vec<_>>(), ["held"]);
+    assert_eq!(written(&mut writer, vec![next]).await, ["held"]);
 }
 
 async fn check_a_refusal_after_the_write_reads_its_seat(backend: Backend, direct: bool) {
     let (_db, store) = fresh_store(backend).await;
     let mut writer = BatchUnderTest::new(&store, direct);
     let first = item("CODE-8", "h1", 2, "B1");
-    assert_eq!(
-        writer.write(vec![first.clone()]).await.into_iter().map(|o| o.unwrap().kind()).collect::<Vec<_>>(),
-        ["held"]
-    );
+    assert_eq!(written(&mut writer, vec![first.clone()]).await, ["held"]);
     let row = spend(&store, direct, "CODE-8", "h1").await.expect("the write's row");
     assert_eq!((row.nonce, row.slot), (first.admission.nonce.clone(), 2));
     assert_eq!(
@@ -55,8 +55,7 @@ async fn check_a_refusal_after_the_write_reads_its_seat(backend: Backend, direct
     );
     // A retry of that attempt whose record Redis lost again is still answered with its seat.
     let again = retry_redis_lost("CODE-8", "h1", 3, "B1");
-    let outcomes = writer.write(vec![again]).await;
-    assert_eq!(outcomes.into_iter().map(|o| o.unwrap().kind()).collect::<Vec<_>>(), ["same_nonce_holds"]);
+    assert_eq!(written(&mut writer, vec![again]).await, ["same_nonce_holds"]);
 }
 
 #[tokio::test]
@@ -118,6 +117,5 @@ async fn a_refusal_waits_for_an_uncommitted_write_of_its_attempt_postgres() {
     // skipped (the trigger's upsert finds the attempt refused).
     assert_eq!(spend(&store, false, "CODE-10", "m1").await, None);
     let late = item("CODE-10", "m1", 3, "B1");
-    let outcomes = BatchUnderTest::new(&store, true).write(vec![late]).await;
-    assert_eq!(outcomes.into_iter().map(|o| o.unwrap().kind()).collect::<Vec<_>>(), ["reaper_won"]);
+    assert_eq!(written(&mut BatchUnderTest::new(&store, true), vec![late]).await, ["reaper_won"]);
 }
