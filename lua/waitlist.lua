@@ -29,7 +29,8 @@
 --   6. the level has room now (under its cap and a free seat, in its block with per-level
 --      numbering) -> -9 (seats available: book instead)
 --   7. the event's list holds ARGV[4] waiters -> -10 (waitlist full)
---   8. join at the end of the level's list -> {position, level}
+--   8. join at the end of the level's list -> {position, level, 1}: the caller answers only once
+--      a replica has the join (its `WAIT`), so a promotion cannot lose a place it was told
 -- position is 1 for the level's first waiter.
 
 local code, nonce, level = ARGV[1], ARGV[2], ARGV[3]
@@ -86,4 +87,6 @@ local seq = string.format('%015d', redis.call('INCR', KEYS[8]))
 local member = level .. ' ' .. seq .. ' ' .. code
 redis.call('ZADD', KEYS[6], 0, member)
 redis.call('HSET', KEYS[7], code, string.format('%s %s %s %d', nonce, level, seq, now))
-return position(level, member)
+local joined = position(level, member)
+joined[3] = 1
+return joined

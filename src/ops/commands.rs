@@ -30,7 +30,12 @@ pub async fn apply_event(connections: &Connections, file: &Path) -> anyhow::Resu
     println!("applied event {} ({} seats, {} levels)", spec.id, spec.total_seats, spec.levels.len());
     match applied {
         Applied::Closed => {}
-        Applied::WhileOpen(Amended::Redis) => println!("the sale is open: every serve has the change within a second"),
+        Applied::WhileOpen(Amended::Redis { offered }) => {
+            println!("the sale is open: every serve has the change within a second");
+            if offered > 0 {
+                println!("the raised caps made room for {offered} waiters: each was offered a seat, which a serve books within a second");
+            }
+        }
         Applied::WhileOpen(Amended::NotLoaded) => {
             println!(
                 "the sale is open in the database but not loaded in Redis: run `seatrush open --event {}`",

@@ -20,6 +20,7 @@ use crate::redis_io::oplock::OperatorLock;
 use crate::redis_io::scripts::{self, Script};
 use anyhow::{bail, Context};
 use redis::aio::MultiplexedConnection;
+use std::sync::LazyLock;
 
 /// Every reason to refuse `new` in place of `old` while the sale runs; empty when it may go ahead.
 pub fn refusals(old: &EventSpec, new: &EventSpec) -> Vec<String> {
@@ -74,35 +75,79 @@ pub fn refusals(old: &EventSpec, new: &EventSpec) -> Vec<String> {
 /// What the Redis step found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Amended {
-    /// Redis carries the change; every `serve` sees it within the catalog's TTL.
-    Redis,
+    /// Redis carries the change; every `serve` sees it within the catalog's TTL. `offered`: seats
+    /// the raised caps made room for went to that many waiters, whom a `serve` books.
+    Redis { offered: usize },
     /// The event is not loaded in Redis; the next `open` loads it from the database.
     NotLoaded,
 }
 
-/// Writes the change into the open event's Redis keys (`lua/amend.lua`), while `lock` is held.
+/// Most offers one amend.lua call makes; a larger room is offered by the calls that follow
+/// (the change itself is written again unchanged, so each call is the same change).
+const OFFERS_PER_CALL_MAX: usize = 500;
+
+/// amend.lua with the offer of room spliced in (docs/design.md#the-waiting-list).
+static AMEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(scripts::with_offer(include_str!("../../lua/amend.lua"))));
+
+/// Writes the change into the open event's Redis keys (`lua/amend.lua`), while `lock` is held,
+/// and offers the room a raised cap makes to the waiting list, until no waiter can take more.
 pub async fn amend_redis(
     conn: &mut MultiplexedConnection,
     spec: &EventSpec,
     lock: &OperatorLock,
 ) -> anyhow::Result<Amended> {
     let keys = EventKeys::new(&spec.id);
-    let script = Script::new(include_str!("../../lua/amend.lua"));
-    let mut args = vec![lock.owner().to_owned(), spec.closes_at_ms.map(|c| c.to_string()).unwrap_or_default()];
-    for (level, cap) in &spec.levels {
-        args.extend([level.as_str().to_owned(), cap.to_string()]);
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let keys = [keys.meta.as_str(), keys.lock.as_str(), keys.cap.as_str()];
-    let answer: i64 =
-        scripts::run_as(conn, &script, &script.call(&keys, &args)).await.context("writing the change into Redis")?;
-    match answer {
-        1 => Ok(Amended::Redis),
-        0 => Ok(Amended::NotLoaded),
-        -1 => bail!("the operator lock of {} expired during apply; run it again", spec.id),
-        -2 => bail!("Redis holds a higher cap than the file for a level of {}; Redis was not changed", spec.id),
-        -3 => bail!("Redis holds a later closes_at than the file for {}; Redis was not changed", spec.id),
-        other => bail!("amend script answered {other}, expected 1, 0, -1, -2 or -3"),
+    let mut offered = 0;
+    loop {
+        let waiting: usize = redis::cmd("ZCARD").arg(&keys.waitq).query_async(conn).await?;
+        let ids: Vec<String> = (0..waiting.min(OFFERS_PER_CALL_MAX)).map(|_| scripts::fresh_admission_id()).collect();
+        let mut args = vec![
+            lock.owner().to_owned(),
+            spec.closes_at_ms.map(|c| c.to_string()).unwrap_or_default(),
+            ids.len().to_string(),
+        ];
+        args.extend(ids.iter().cloned());
+        for (level, cap) in &spec.levels {
+            args.extend([level.as_str().to_owned(), cap.to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let key_names = [
+            &keys.meta,
+            &keys.lock,
+            &keys.cap,
+            &keys.waitq,
+            &keys.waiters,
+            &keys.allow,
+            &keys.adm,
+            &keys.pending,
+            &keys.taken,
+            &keys.free,
+            &keys.adopt,
+        ];
+        let key_names: Vec<&str> = key_names.iter().map(|k| k.as_str()).collect();
+        let answer: redis::Value = scripts::run_as(conn, &AMEND, &AMEND.call(&key_names, &args))
+            .await
+            .context("writing the change into Redis")?;
+        let made = match answer {
+            redis::Value::Array(items) => match items.as_slice() {
+                [redis::Value::Int(1), redis::Value::Int(made)] => *made as usize,
+                other => bail!("amend script answered {other:?}, expected {{1, offers}}"),
+            },
+            redis::Value::Int(0) => return Ok(Amended::NotLoaded),
+            redis::Value::Int(-1) => bail!("the operator lock of {} expired during apply; run it again", spec.id),
+            redis::Value::Int(-2) => {
+                bail!("Redis holds a higher cap than the file for a level of {}; Redis was not changed", spec.id)
+            }
+            redis::Value::Int(-3) => {
+                bail!("Redis holds a later closes_at than the file for {}; Redis was not changed", spec.id)
+            }
+            other => bail!("amend script answered {other:?}, expected {{1, offers}}, 0, -1, -2 or -3"),
+        };
+        offered += made;
+        if made < ids.len() || made == 0 {
+            return Ok(Amended::Redis { offered });
+        }
     }
 }
 

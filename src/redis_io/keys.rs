@@ -55,6 +55,9 @@ pub struct EventKeys {
     pub waiters: String,
     /// string: the last join's sequence number
     pub waitseq: String,
+    /// list: offers made outside a `serve` (`lua/amend.lua`), for the next reaper pass of a
+    /// `serve` to take and book, each "CODE-HASH NONCE ADMISSION-ID SLOT LEVEL ADMITTED-MS JOINED-MS"
+    pub adopt: String,
 }
 
 impl EventKeys {
@@ -81,6 +84,7 @@ impl EventKeys {
             waitq: format!("{tag}:waitq"),
             waiters: format!("{tag}:waiters"),
             waitseq: format!("{tag}:waitseq"),
+            adopt: format!("{tag}:adopt"),
         }
     }
 
@@ -125,6 +129,7 @@ mod tests {
             &keys.waitq,
             &keys.waiters,
             &keys.waitseq,
+            &keys.adopt,
         ] {
             assert!(key.starts_with("{ev:spring-exam}:"), "{key}");
         }

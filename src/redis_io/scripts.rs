@@ -390,6 +390,17 @@ pub struct Offer {
     pub joined_ms: i64,
 }
 
+impl Offer {
+    /// An offer as amend.lua leaves it for a `serve` to book ({ev:ID}:adopt): the code hash, the
+    /// admission record, and when the waiter joined.
+    pub fn from_adopted(entry: &str) -> Option<Self> {
+        let (code, rest) = entry.split_once(' ')?;
+        let (record, joined) = rest.rsplit_once(' ')?;
+        let admission = Admission::from_record(CodeHash::from_hex(code)?, record)?;
+        Some(Self { admission, joined_ms: joined.parse().ok()? })
+    }
+}
+
 /// What release.lua or undo.lua did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Freed {
@@ -463,8 +474,9 @@ fn decode_offer(items: &[Value]) -> Option<Offer> {
 /// What the waiting list's script decided (`lua/waitlist.lua`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JoinReply {
-    /// In the list: the level it waits for and its place (1 = next).
-    Waiting { level: String, position: i64 },
+    /// In the list: the level it waits for and its place (1 = next); `joined`: this call wrote
+    /// the entry (a fresh join, which the caller has a replica acknowledge before answering).
+    Waiting { level: String, position: i64, joined: bool },
     /// The code holds a seat with this nonce (offered, or booked): book it as a retry.
     Admitted,
     /// -1: the code holds a seat with another nonce.
@@ -486,10 +498,14 @@ impl JoinReply {
             Value::Int(-7) => Ok(Self::Outside(OutsideWindow::NotLoaded)),
             Value::Int(-9) => Ok(Self::SeatsAvailable),
             Value::Int(-10) => Ok(Self::Full),
-            Value::Array(ref items) if items.len() == 2 => {
+            Value::Array(ref items) if items.len() == 2 || items.len() == 3 => {
                 let waiting = (|| {
                     let position = int(&items[0]).filter(|p| *p >= 1)?;
-                    Some(Self::Waiting { level: text(&items[1])?, position })
+                    let joined = match items.get(2) {
+                        None => false,
+                        Some(flag) => int(flag).filter(|f| *f == 1).is_some().then_some(true)?,
+                    };
+                    Some(Self::Waiting { level: text(&items[1])?, position, joined })
                 })();
                 waiting.ok_or(ReplyError::Unexpected(value))
             }

@@ -10,6 +10,7 @@ use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
 use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
+use crate::redis_io::scripts::Offer;
 use crate::sale::settle::Settled;
 use crate::sale::stats::Stats;
 use crate::sale::Sale;
@@ -19,6 +20,8 @@ use std::future::Future;
 
 /// Pending admissions examined per event per pass.
 pub(crate) const REAP_BATCH_MAX: isize = 500;
+/// Offers an `event apply` left for adoption taken per event per pass.
+const ADOPT_BATCH_MAX: usize = 256;
 
 /// What one pass did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -107,12 +110,37 @@ impl Sale {
         };
         let mut report = ReapReport::default();
         for event in events.iter().filter_map(|e| EventId::parse(e).ok()) {
+            self.adopt_offers(&event).await;
             let r = self.reap_once(&event).await?;
             report.released += r.released;
             report.persisted += r.persisted;
             report.skipped += r.skipped;
         }
         Ok(report)
+    }
+
+    /// Takes the offers an `event apply` made ({ev:ID}:adopt, `lua/amend.lua`) into this
+    /// process's offer loop. One a `serve` takes and then dies holding is pending like any offer:
+    /// this pass settles it in time, and the seat passes to the next waiter.
+    async fn adopt_offers(&self, event: &EventId) {
+        let keys = EventKeys::new(event);
+        let taken: RedisResult<Option<Vec<String>>> = match self.link.shared().await {
+            Ok(mut conn) => redis::cmd("LPOP").arg(&keys.adopt).arg(ADOPT_BATCH_MAX).query_async(&mut conn).await,
+            Err(e) => Err(e),
+        };
+        match taken {
+            Ok(entries) => {
+                for entry in entries.unwrap_or_default() {
+                    match Offer::from_adopted(&entry) {
+                        Some(offer) => self.offer_made(event, offer),
+                        None => {
+                            tracing::error!(%event, "an offer left for adoption cannot be read; the reaper settles it")
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(%event, error = %e, "offers left for adoption not read; next pass"),
+        }
     }
 
     /// One pass over one event's pending admissions older than `persist_timeout`.

@@ -73,13 +73,29 @@ impl Sale {
             return self.book(req).await.map(Joined::Booked);
         }
         let cmd = self.scripts.waitlist_call(&view.keys, &req.code, &req.nonce, &req.level, self.settings.waiters_max);
-        let reply = self.run_script(&self.scripts.waitlist, cmd).await.map_err(|e| self.redis_failed(e))?;
+        // One connection for the script and its `WAIT`, so the `WAIT` covers the join.
+        let mut conn = self.link.shared().await.map_err(|e| self.redis_failed(e))?;
+        let reply = match scripts::run(&mut conn, &self.scripts.waitlist, &cmd).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.link.report(&e).await;
+                return Err(self.redis_failed(e));
+            }
+        };
         let reply = JoinReply::decode(reply).map_err(|e| {
             tracing::error!(event = %view.id, error = %e, "waitlist script answered unexpectedly");
             Refusal::Retry("unexpected reply")
         })?;
         match reply {
-            JoinReply::Waiting { level, position } => Ok(Joined::Waiting { level, position }),
+            // A place is told only once a replica has it: a promotion must not lose a join the
+            // candidate was answered for, or the next poll would join again at the end.
+            JoinReply::Waiting { level, position, joined: true } => {
+                if !self.settings.ack.acknowledged(&mut conn).await.map_err(|e| self.redis_failed(e))? {
+                    return Err(Refusal::Retry("replica acknowledgement fell short"));
+                }
+                Ok(Joined::Waiting { level, position })
+            }
+            JoinReply::Waiting { level, position, joined: false } => Ok(Joined::Waiting { level, position }),
             JoinReply::Admitted => self.book(req).await.map(Joined::Booked),
             // Final refusals are checked against the database as a booking's are
             // (docs/design.md#a-final-refusal-is-checked-against-the-database): a promotion that

@@ -37,7 +37,7 @@ async fn safe_changes_reach_the_running_sale(backend: Backend) {
     changed.levels.insert(LevelName::parse("A1").unwrap(), 3);
     changed.levels.insert(LevelName::parse("C1").unwrap(), 2);
     changed.payment_url = Some("https://pay.example.org/{event}/{seat}".into());
-    assert_eq!(apply(&app, &changed).await.unwrap(), Applied::WhileOpen(Amended::Redis));
+    assert_eq!(apply(&app, &changed).await.unwrap(), Applied::WhileOpen(Amended::Redis { offered: 0 }));
     assert_eq!(app.store.event(&app.event).await.unwrap().spec, changed, "the database has the change");
     let caps: HashMap<String, i64> = app.redis(redis::cmd("HGETALL").arg(&app.keys.cap));
     assert_eq!(caps, HashMap::from([("A1".into(), 3), ("B1".into(), 8), ("C1".into(), 2)]));

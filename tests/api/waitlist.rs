@@ -308,7 +308,9 @@ async fn a_short_wait_undoes_and_the_seat_passes_to_the_waiter(backend: Backend)
     }
     let w = nonce("w");
     let joined = app.wait("CODE-00002", "A1", &w).await;
-    assert_eq!(joined.status, 202, "the level is full while the admission waits: {:?}", joined.body);
+    // The level is full while the admission waits; the join is written, and its own `WAIT`
+    // falls short as the admission's does.
+    assert_eq!((joined.status, joined.status_str()), (503, "retry"), "{:?}", joined.body);
     assert_eq!(booking.await.unwrap(), 503, "its WAIT fell short");
     replica.resume();
     let offered = poll_until_offered(&app, "CODE-00002", "A1", &w).await;
@@ -530,4 +532,71 @@ async fn the_seat_a_move_leaves_goes_to_the_first_waiter() {
     assert_eq!((offered.body["level"].as_str(), offered.body["slot"].as_i64()), (Some("A1"), Some(1)));
     assert_eq!(app.sale.drain(&app.event, Duration::from_secs(10)).await.unwrap(), 0);
     app.assert_invariants().await;
+}
+
+/// A cap raised by `event apply` while the sale runs is room made: amend.lua offers it to the
+/// first waiter in the same script, the next reaper pass of the `serve` books the offer, and the
+/// refresher who books at once is told the level is full.
+#[tokio::test]
+async fn a_cap_an_operator_raises_goes_to_the_first_waiter_not_to_a_refresher() {
+    use seatrush::domain::event::LevelName;
+    use seatrush::ops::apply::{self, Applied};
+    use seatrush::ops::live_change::Amended;
+    let options =
+        AppOptions { seats: 3, levels: vec![("A1", 1), ("B1", 1)], background_reaper: true, ..Default::default() };
+    let app = spawn_app(options.clone()).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    assert_eq!(app.book("CODE-00002", "B1", &nonce("b")).await.status, 201);
+    let (first, second) = (nonce("w1"), nonce("w2"));
+    assert_eq!(app.wait("CODE-00003", "A1", &first).await.body["position"], 1);
+    assert_eq!(app.wait("CODE-00004", "A1", &second).await.body["position"], 2);
+
+    let mut raised = crate::helpers::spec(&options);
+    raised.levels.insert(LevelName::parse("A1").unwrap(), 2);
+    let applied = apply::apply_event(&mut app.sale.link().check().await.unwrap(), &app.store, &raised).await.unwrap();
+    assert_eq!(applied, Applied::WhileOpen(Amended::Redis { offered: 1 }), "one seat of room, one offer");
+    let refresher = app.book("CODE-00005", "A1", &nonce("r")).await;
+    assert_eq!(refresher.status_str(), "level_full", "the room went to the waiter: {:?}", refresher.body);
+
+    let offered = poll_until_offered(&app, "CODE-00003", "A1", &first).await;
+    assert_eq!((offered.status, offered.body["level"].as_str()), (201, Some("A1")), "{:?}", offered.body);
+    // The poll may book the offer as a retry of its nonce before the reaper pass adopts it; the
+    // adoption records it.
+    let deadline = Instant::now() + OFFER_WAIT;
+    while app.store.offer_counts(&app.event).await.unwrap().get("A1").copied() != Some((1, 1)) {
+        assert!(Instant::now() < deadline, "the database never recorded the offer, held");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let next = app.wait("CODE-00004", "A1", &second).await;
+    assert_eq!((next.status, next.body["position"].as_i64()), (202, Some(1)), "the second waiter is next");
+    let adopt: i64 = app.redis(redis::cmd("LLEN").arg(&app.keys.adopt));
+    assert_eq!(adopt, 0, "the serve took the offer");
+    assert_eq!(app.book("CODE-00006", "A1", &nonce("r")).await.status_str(), "level_full");
+    assert_eq!(app.sale.drain(&app.event, Duration::from_secs(10)).await.unwrap(), 0);
+    app.assert_invariants().await;
+}
+
+/// A fresh join is answered only once a replica has it: with the replica stopped the join is
+/// `503 retry` (the entry stays, and the same code and nonce find their place once it resumes),
+/// so a promotion cannot lose a place a candidate was told.
+#[tokio::test]
+async fn a_join_is_told_its_place_only_once_a_replica_has_it() {
+    let app = spawn_app(AppOptions {
+        seats: 1,
+        levels: vec![("A1", 1)],
+        wait_timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    let replica = app.replica.as_ref().unwrap();
+    replica.pause();
+    let w = nonce("w");
+    let short = app.wait("CODE-00002", "A1", &w).await;
+    replica.resume();
+    assert_eq!((short.status, short.status_str()), (503, "retry"), "{:?}", short.body);
+    let again = app.wait("CODE-00002", "A1", &w).await;
+    assert_eq!((again.status, again.body["position"].as_i64()), (202, Some(1)), "{:?}", again.body);
+    let joined = app.wait("CODE-00003", "A1", &nonce("x")).await;
+    assert_eq!((joined.status, joined.body["position"].as_i64()), (202, Some(2)), "{:?}", joined.body);
 }

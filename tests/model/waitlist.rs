@@ -36,7 +36,8 @@ const HOLDER: usize = 0;
 const REFRESHER: usize = 3;
 const SEATS: u8 = 1;
 /// The level each code books or waits for: the holder and waiter 1 level 0, waiter 2 and the
-/// refresher level 1. Both caps are one; the one seat may be either level's.
+/// refresher level 1. Both caps are one (level 1's is zero until the operator's `event apply`
+/// raises it, in the world with `amends`); the one seat may be either level's.
 const LEVEL_OF: [u8; CODES] = [0, 0, 1, 1];
 const CAP: u8 = 1;
 
@@ -51,6 +52,8 @@ struct Redis {
     waitq: Vec<u8>,
     /// `close` ran (meta state `closed`), until an `open` again.
     closed: bool,
+    /// `{ev:ID}:cap` per level.
+    caps: [u8; 2],
 }
 
 impl Redis {
@@ -61,7 +64,7 @@ impl Redis {
 
     /// The level may take a seat now: under its cap, and a seat free (event-wide numbering).
     fn room(&self, level: u8) -> bool {
-        self.taken(level) < CAP && self.free > 0
+        self.taken(level) < self.caps[level as usize] && self.free > 0
     }
 
     /// with_offer.lua's `offer_room`, once the script has put the seat back and taken the count
@@ -78,7 +81,10 @@ impl Redis {
         while i < self.waitq.len() {
             let w = self.waitq[i] as usize;
             let level = LEVEL_OF[w];
-            if own_level.is_some_and(|l| l != level) || counted(self, level) >= CAP || self.free == 0 {
+            if own_level.is_some_and(|l| l != level)
+                || counted(self, level) >= self.caps[level as usize]
+                || self.free == 0
+            {
                 i += 1;
                 continue;
             }
@@ -155,6 +161,11 @@ pub struct WaitState {
     told_closed: [bool; CODES],
     /// Ghost: a seat offered to a waiter already answered `closed`.
     offered_after_closed: bool,
+    /// Ghost: the waiters told their place (a `202` to the join).
+    told_waiting: [bool; CODES],
+    /// Ghost: a failover lost the place of a waiter who had been told it.
+    place_lost: bool,
+    amends: u8,
     closes: u8,
     next_admission: u8,
     cancels: u8,
@@ -190,6 +201,8 @@ pub enum WaitAction {
     /// A waiter's poll answered `closed` (waitlist.lua's -6, or a gate's cached view or clock
     /// that says closed while Redis is open again), then waitlist_leave.lua.
     PollClosed(u8),
+    /// The operator's `event apply` raises level 1's cap to one (amend.lua), while the sale runs.
+    Amend,
     Crash,
     Failover,
 }
@@ -202,6 +215,11 @@ pub struct WaitSwitches {
     pub closed_keeps_the_entry: bool,
     /// `close` keeps the list (close.lua without its `DEL`).
     pub close_keeps_the_list: bool,
+    /// The join is answered without a replica's acknowledgement (waitlist.lua's fresh join with
+    /// no `WAIT` after it, as before).
+    pub join_not_acked: bool,
+    /// amend.lua raises the cap and offers nothing (as before with_offer.lua was spliced into it).
+    pub amend_without_offer: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -213,6 +231,8 @@ pub struct WaitBounds {
     pub crashes: u8,
     pub failovers: u8,
     pub closes: u8,
+    /// `event apply` runs raising level 1's cap (which then starts at zero).
+    pub amends: u8,
 }
 
 pub struct WaitModel {
@@ -266,7 +286,8 @@ impl Model for WaitModel {
     fn init_states(&self) -> Vec<WaitState> {
         let mut adm = [None; CODES];
         adm[HOLDER] = Some(1);
-        let redis = Redis { adm, pending: [false; CODES], free: 0, waitq: Vec::new(), closed: false };
+        let caps = [CAP, if self.bounds.amends > 0 { 0 } else { CAP }];
+        let redis = Redis { adm, pending: [false; CODES], free: 0, waitq: Vec::new(), closed: false, caps };
         let mut rows = [None; CODES];
         rows[HOLDER] = Some(Row { admission: 1, released: false });
         vec![WaitState {
@@ -284,6 +305,9 @@ impl Model for WaitModel {
             offered_and_held: false,
             told_closed: [false; CODES],
             offered_after_closed: false,
+            told_waiting: [false; CODES],
+            place_lost: false,
+            amends: 0,
             closes: 0,
             next_admission: 2,
             cancels: 0,
@@ -336,6 +360,9 @@ impl Model for WaitModel {
         if s.primary.closed {
             actions.push(WaitAction::Reopen);
         }
+        if s.amends < self.bounds.amends {
+            actions.push(WaitAction::Amend);
+        }
         if s.closes > 0 {
             for w in &s.primary.waitq {
                 if s.primary.adm[*w as usize].is_none() && !s.told_closed[*w as usize] {
@@ -364,6 +391,12 @@ impl Model for WaitModel {
                 }
                 r.waitq.push(c);
                 n.joined[c as usize] = true;
+                // The `202` waits for the join's `WAIT` (short, a `503` and nothing told: the
+                // entry is then like one a failover may lose, which a later poll finds or joins).
+                if !switches.join_not_acked {
+                    n.replica = n.primary.clone();
+                }
+                n.told_waiting[c as usize] = true;
             }
             WaitAction::Book(c) => {
                 // admit.lua: a fresh admission of the lowest free seat, under the level's cap.
@@ -418,6 +451,19 @@ impl Model for WaitModel {
                 n.closes += 1;
             }
             WaitAction::Reopen => n.primary.closed = false,
+            WaitAction::Amend => {
+                // amend.lua: the cap raised, and the room it makes offered in the same script;
+                // the offer goes to a serve's offer loop by {ev:ID}:adopt (its reaper pass).
+                n.primary.caps[1] = CAP;
+                n.amends += 1;
+                if !switches.amend_without_offer {
+                    let id = n.fresh_admission();
+                    if let Some((w, a)) = n.primary.offer(id, None, None) {
+                        n.offered_after_closed |= n.told_closed[w as usize];
+                        n.flights.push(Flight { code: w, admission: a, stage: Stage::RetryAdmit, offer: true });
+                    }
+                }
+            }
             WaitAction::PollClosed(w) => {
                 // waitlist_leave.lua, then its `WAIT`: the answer is `closed` only once a replica
                 // has the leave (short, a `503` and nothing told; the model leaves that out, as
@@ -461,6 +507,9 @@ impl Model for WaitModel {
             WaitAction::Failover => {
                 // The promoted replica has what the last acknowledged WAIT covered; every
                 // connection breaks.
+                n.place_lost |= (0..CODES).any(|c| {
+                    n.told_waiting[c] && n.primary.waitq.contains(&(c as u8)) && !n.replica.waitq.contains(&(c as u8))
+                });
                 n.primary = n.replica.clone();
                 n.flights.retain(|f| f.stage != Stage::Wait);
                 n.release_wait = None;
@@ -488,6 +537,7 @@ impl Model for WaitModel {
             Property::always("no seat is offered to a waiter answered closed", |_, s: &WaitState| {
                 !s.offered_after_closed
             }),
+            Property::always("a failover loses no place a waiter was told", |_, s: &WaitState| !s.place_lost),
             Property::sometimes("a waiter holds an offered seat", |_, s: &WaitState| s.offered_and_held),
         ]
     }
@@ -559,12 +609,22 @@ fn threads() -> usize {
 }
 
 fn bounds() -> WaitBounds {
-    WaitBounds { refresher_waits: false, expiries: 1, books: 1, crashes: 1, failovers: 1, closes: 1 }
+    WaitBounds { refresher_waits: false, expiries: 1, books: 1, crashes: 1, failovers: 1, closes: 1, amends: 0 }
+}
+
+/// The world where level 1's cap starts at zero and the operator raises it while the sale runs.
+fn amend_bounds() -> WaitBounds {
+    WaitBounds { closes: 0, expiries: 0, amends: 1, ..bounds() }
 }
 
 #[test]
 fn the_waiting_list_keeps_every_property_through_an_expiry_a_crash_and_a_failover() {
     check_every_property(bounds());
+}
+
+#[test]
+fn room_an_operator_makes_goes_to_the_first_waiter_through_a_crash_and_a_failover() {
+    check_every_property(amend_bounds());
 }
 
 /// The refresher waits too (a code that joins, then may book or be offered): 32.5 million unique
@@ -599,13 +659,13 @@ fn check_every_property(bounds: WaitBounds) {
 
 /// With one guard switched off, the shortest trace (one thread, BFS) to the property it keeps.
 fn counterexample(switches: WaitSwitches, name: &'static str) {
+    counterexample_in(bounds(), switches, name)
+}
+
+fn counterexample_in(bounds: WaitBounds, switches: WaitSwitches, name: &'static str) {
     let started = Instant::now();
-    let checker = WaitModel { bounds: bounds(), switches }
-        .checker()
-        .threads(1)
-        .finish_when(HasDiscoveries::AnyFailures)
-        .spawn_bfs()
-        .join();
+    let checker =
+        WaitModel { bounds, switches }.checker().threads(1).finish_when(HasDiscoveries::AnyFailures).spawn_bfs().join();
     let path = checker.discovery(name).unwrap_or_else(|| panic!("{switches:?}: no counterexample to {name:?}"));
     println!(
         "{switches:?}: {} states, {:.1} s; counterexample to {name:?}, {} steps:",
@@ -638,6 +698,18 @@ fn closed_keeps_the_entry_offers_a_seat_to_a_waiter_told_closed() {
 fn close_keeps_the_list_puts_a_seat_freed_while_closed_on_sale_before_a_waiter() {
     let switches = WaitSwitches { close_keeps_the_list: true, ..Default::default() };
     counterexample(switches, "a seat is on sale only when nobody waits for it");
+}
+
+#[test]
+fn join_not_acked_loses_a_told_place_to_a_failover() {
+    let switches = WaitSwitches { join_not_acked: true, ..Default::default() };
+    counterexample(switches, "a failover loses no place a waiter was told");
+}
+
+#[test]
+fn amend_without_offer_puts_the_raised_cap_on_sale_while_a_waiter_waits() {
+    let switches = WaitSwitches { amend_without_offer: true, ..Default::default() };
+    counterexample_in(amend_bounds(), switches, "a seat is on sale only when nobody waits for it");
 }
 
 fn print_trace(path: stateright::Path<WaitState, WaitAction>) {
