@@ -148,3 +148,102 @@ async fn a_full_waiting_list_is_said_plainly() {
     assert_accessible(&browser, "waiting list full").await;
     assert_eq!(app.get(&format!("/api/events/{EVENT}")).await.body["levels"]["A1"]["waiting"], 1, "not joined");
 }
+
+/// A person waiting reloads the page: it asks again with the nonce it kept and shows their place
+/// without a press, and the level shows how many wait. The freed seat then goes to that nonce.
+#[tokio::test]
+async fn a_reload_while_waiting_keeps_the_place_and_the_level_says_how_many_wait() {
+    let app = spawn_app(AppOptions { seats: 1, levels: vec![("A1", 1)], ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    let browser = full_and_join_offered(&app, "CODE-00002").await;
+    browser.find("#join").await.click().await;
+    browser.wait_for_text("#result.wait", "You are number 1 in line").await;
+    let kept = browser
+        .eval(
+            "return JSON.parse(sessionStorage.getItem(arguments[0])).nonce;",
+            json!([format!("seatrush:wait:{EVENT}:CODE-00002")]),
+        )
+        .await;
+    let kept = kept.as_str().expect("the page keeps the place's nonce").to_owned();
+    // The seats-left refresh (every 5 s) shows who waits beside the full level.
+    browser.wait_for_text("#level option[value=A1]", "full, 1 waiting").await;
+
+    browser.reload().await;
+    browser.wait_for_text("#result.wait", "You are number 1 in line").await;
+    let code = browser.eval("return document.getElementById('code').value;", json!([])).await;
+    assert_eq!(code, "CODE-00002", "the code is filled in again");
+    assert_eq!(browser.find("#level option[value=A1]").await.text().await, "A1 (full, 1 waiting)");
+    browser.screenshot("waitlist-7-after-reload").await;
+    assert_accessible(&browser, "waiting, after a reload").await;
+    assert_eq!(app.redis::<i64>(redis::cmd("ZCARD").arg(&app.keys.waitq)), 1, "one place, not two");
+
+    assert_eq!(app.operator("CODE-00001", "cancel", Some(OPERATOR_TOKEN)).await.status, 200);
+    browser.wait_for_text("#result.ok", "A seat came free for you").await;
+    let row = app.store.booking(&app.event, &app.hash("CODE-00002")).await.unwrap().expect("the offer's booking row");
+    assert_eq!(row.nonce.as_str(), kept, "the seat went to the nonce kept across the reload");
+    app.assert_invariants().await;
+}
+
+/// The waiting list in French, from the join to the offer: the same steps, the page's own words.
+#[tokio::test]
+async fn the_waiting_list_speaks_the_events_language() {
+    let app =
+        spawn_app(AppOptions { seats: 1, levels: vec![("A1", 1)], language: Some("fr"), ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    let browser = Browser::start(Screen::Phone).await;
+    open_booking_page(&app, &browser).await;
+    book(&browser, "CODE-00002", "A1").await;
+    browser.wait_for_text("#result.bad", "complet").await;
+    let join = browser.wait_for_text("#join", "Rejoindre la liste d’attente").await;
+    assert!(join.starts_with("Rejoindre la liste d’attente pour"), "{join}");
+    browser.find("#join").await.click().await;
+    let said = browser.wait_for_text("#result.wait", "Vous êtes numéro 1 dans la file").await;
+    assert!(said.contains("Gardez cette page ouverte"), "{said}");
+    browser.screenshot("waitlist-fr-1-waiting").await;
+    assert_accessible(&browser, "French, waiting").await;
+
+    assert_eq!(app.operator("CODE-00001", "cancel", Some(OPERATOR_TOKEN)).await.status, 200);
+    let offered = browser.wait_for_text("#result.ok", "Une place s’est libérée pour vous").await;
+    let row = app.store.booking(&app.event, &app.hash("CODE-00002")).await.unwrap().expect("the offer's booking row");
+    assert!(offered.starts_with(&format!("Une place s’est libérée pour vous : place {}", row.slot)), "{offered}");
+    assert!(offered.contains("Veuillez payer avant le"), "{offered}");
+    browser.screenshot("waitlist-fr-2-offered").await;
+    assert_accessible(&browser, "French, offered").await;
+    app.assert_invariants().await;
+}
+
+/// The list is busy (`503` with `Retry-After: 2`, played by the page's own fetch for its first two
+/// sends): the page waits at least that long before asking again, keeps its nonce, and then
+/// shows the place the real answer gives.
+#[tokio::test]
+async fn a_busy_list_is_asked_again_no_sooner_than_retry_after_with_the_same_nonce() {
+    let app = spawn_app(AppOptions { seats: 1, levels: vec![("A1", 1)], ..Default::default() }).await;
+    assert_eq!(app.book("CODE-00001", "A1", &nonce("a")).await.status, 201);
+    let browser = full_and_join_offered(&app, "CODE-00002").await;
+    browser
+        .eval(
+            "window.sends = []; const real = window.fetch;
+             window.fetch = (url, init) => {
+               if (init && init.method === 'POST' && String(url).endsWith('/waitlist')) {
+                 window.sends.push({ at: performance.now(), nonce: JSON.parse(init.body).nonce });
+                 if (window.sends.length <= 2) return Promise.resolve(new Response(
+                   JSON.stringify({ status: 'retry', detail: 'busy' }),
+                   { status: 503, headers: { 'retry-after': '2', 'content-type': 'application/json' } }));
+               }
+               return real(url, init);
+             };",
+            json!([]),
+        )
+        .await;
+    browser.find("#join").await.click().await;
+    browser.wait_for_text("#result.wait", "You are number 1 in line").await;
+    let sends = browser.eval("return window.sends;", json!([])).await;
+    let sends = sends.as_array().unwrap();
+    assert!(sends.len() >= 3, "two busy answers, then the real one: {sends:?}");
+    for pair in sends[..3].windows(2) {
+        let gap = pair[1]["at"].as_f64().unwrap() - pair[0]["at"].as_f64().unwrap();
+        assert!(gap >= 2000.0, "asked again {gap:.0} ms after a Retry-After of 2 s: {sends:?}");
+    }
+    assert!(sends.iter().all(|s| s["nonce"] == sends[0]["nonce"]), "one nonce throughout: {sends:?}");
+    assert_eq!(app.redis::<i64>(redis::cmd("ZCARD").arg(&app.keys.waitq)), 1);
+}
