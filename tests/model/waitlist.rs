@@ -165,6 +165,9 @@ pub struct WaitState {
     told_waiting: [bool; CODES],
     /// Ghost: a failover lost the place of a waiter who had been told it.
     place_lost: bool,
+    /// Ghost: a waiter told `seats_available` while the database holds its (offered) seat.
+    told_free_while_holding: bool,
+    racks: u8,
     amends: u8,
     closes: u8,
     next_admission: u8,
@@ -203,6 +206,12 @@ pub enum WaitAction {
     PollClosed(u8),
     /// The operator's `event apply` raises level 1's cap to one (amend.lua), while the sale runs.
     Amend,
+    /// A rack failover: the primary and the replica die together and a replica cut off before the
+    /// sale is promoted (the seat free, no record, nobody waiting): acknowledged writes are lost.
+    Rack,
+    /// A waiter's poll (waitlist.lua, then `Sale::join_waitlist`): in the rack world only, where a
+    /// poll can meet a Redis that lost the waiter's offer and entry.
+    Poll(u8),
     Crash,
     Failover,
 }
@@ -220,6 +229,8 @@ pub struct WaitSwitches {
     pub join_not_acked: bool,
     /// amend.lua raises the cap and offers nothing (as before with_offer.lua was spliced into it).
     pub amend_without_offer: bool,
+    /// The list's `seats_available` is final unread (before d682a97: no read of the code's row).
+    pub list_refusal_unchecked: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -233,6 +244,8 @@ pub struct WaitBounds {
     pub closes: u8,
     /// `event apply` runs raising level 1's cap (which then starts at zero).
     pub amends: u8,
+    /// Rack failovers (and, with them, waiters' polls).
+    pub racks: u8,
 }
 
 pub struct WaitModel {
@@ -307,6 +320,8 @@ impl Model for WaitModel {
             offered_after_closed: false,
             told_waiting: [false; CODES],
             place_lost: false,
+            told_free_while_holding: false,
+            racks: 0,
             amends: 0,
             closes: 0,
             next_admission: 2,
@@ -362,6 +377,16 @@ impl Model for WaitModel {
         }
         if s.amends < self.bounds.amends {
             actions.push(WaitAction::Amend);
+        }
+        if s.racks < self.bounds.racks {
+            actions.push(WaitAction::Rack);
+        }
+        if s.racks > 0 {
+            for c in 1..joiners as u8 {
+                if s.joined[c as usize] && !s.told_closed[c as usize] {
+                    actions.push(WaitAction::Poll(c));
+                }
+            }
         }
         if s.closes > 0 {
             for w in &s.primary.waitq {
@@ -451,6 +476,35 @@ impl Model for WaitModel {
                 n.closes += 1;
             }
             WaitAction::Reopen => n.primary.closed = false,
+            WaitAction::Rack => {
+                let mut cut_off = n.primary.clone();
+                cut_off.adm = [None; CODES];
+                cut_off.pending = [false; CODES];
+                cut_off.free = SEATS;
+                cut_off.waitq.clear();
+                cut_off.closed = false;
+                n.primary = cut_off.clone();
+                n.replica = cut_off;
+                n.flights.retain(|f| f.stage != Stage::Wait);
+                n.release_wait = None;
+                n.racks += 1;
+            }
+            WaitAction::Poll(c) => {
+                // waitlist.lua after the rack: no record, no entry, and the level has room: -9,
+                // seats available. Final only once the code's row is read (d682a97); a row that
+                // holds a seat answers with it, and changes nothing here. (Its other arms — a
+                // retry of a record, a place, a join again — are the steps above.)
+                let w = c as usize;
+                let r = &n.primary;
+                let holds = n.rows[w].is_some_and(|row| !row.released);
+                if r.closed || r.adm[w].is_some() || r.waitq.contains(&c) || !r.room(LEVEL_OF[w]) || !holds {
+                    return None;
+                }
+                if !switches.list_refusal_unchecked {
+                    return None;
+                }
+                n.told_free_while_holding = true;
+            }
             WaitAction::Amend => {
                 // amend.lua: the cap raised, and the room it makes offered in the same script;
                 // the offer goes to a serve's offer loop by {ev:ID}:adopt (its reaper pass).
@@ -531,13 +585,19 @@ impl Model for WaitModel {
             }),
             Property::always("nobody books a freed seat ahead of a waiter", |_, s: &WaitState| !s.overtaken),
             Property::always("quiet, Redis and the database agree on who holds the seat", |_, s: &WaitState| {
+                // A rack loses acknowledged writes; the heal, not in this world, brings Redis back.
                 !s.quiet()
+                    || s.racks > 0
                     || (0..CODES).all(|c| s.rows[c].filter(|r| !r.released).map(|r| r.admission) == s.primary.adm[c])
             }),
             Property::always("no seat is offered to a waiter answered closed", |_, s: &WaitState| {
                 !s.offered_after_closed
             }),
             Property::always("a failover loses no place a waiter was told", |_, s: &WaitState| !s.place_lost),
+            Property::always(
+                "a waiter is not told seats are free while the database holds its seat",
+                |_, s: &WaitState| !s.told_free_while_holding,
+            ),
             Property::sometimes("a waiter holds an offered seat", |_, s: &WaitState| s.offered_and_held),
         ]
     }
@@ -609,7 +669,21 @@ fn threads() -> usize {
 }
 
 fn bounds() -> WaitBounds {
-    WaitBounds { refresher_waits: false, expiries: 1, books: 1, crashes: 1, failovers: 1, closes: 1, amends: 0 }
+    WaitBounds {
+        refresher_waits: false,
+        expiries: 1,
+        books: 1,
+        crashes: 1,
+        failovers: 1,
+        closes: 1,
+        amends: 0,
+        racks: 0,
+    }
+}
+
+/// The world where a rack failover loses acknowledged writes and waiters poll afterwards.
+fn rack_bounds() -> WaitBounds {
+    WaitBounds { closes: 0, expiries: 0, crashes: 0, failovers: 0, racks: 1, ..bounds() }
 }
 
 /// The world where level 1's cap starts at zero and the operator raises it while the sale runs.
@@ -620,6 +694,11 @@ fn amend_bounds() -> WaitBounds {
 #[test]
 fn the_waiting_list_keeps_every_property_through_an_expiry_a_crash_and_a_failover() {
     check_every_property(bounds());
+}
+
+#[test]
+fn a_waiter_whose_offer_a_rack_lost_is_answered_from_the_database() {
+    check_every_property(rack_bounds());
 }
 
 #[test]
@@ -710,6 +789,12 @@ fn join_not_acked_loses_a_told_place_to_a_failover() {
 fn amend_without_offer_puts_the_raised_cap_on_sale_while_a_waiter_waits() {
     let switches = WaitSwitches { amend_without_offer: true, ..Default::default() };
     counterexample_in(amend_bounds(), switches, "a seat is on sale only when nobody waits for it");
+}
+
+#[test]
+fn list_refusal_unchecked_tells_a_waiter_seats_are_free_while_it_holds_one() {
+    let switches = WaitSwitches { list_refusal_unchecked: true, ..Default::default() };
+    counterexample_in(rack_bounds(), switches, "a waiter is not told seats are free while the database holds its seat");
 }
 
 fn print_trace(path: stateright::Path<WaitState, WaitAction>) {
