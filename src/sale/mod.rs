@@ -112,9 +112,10 @@ impl SeatReads {
 /// Connections of [`Sale`]'s seat reads when they do not go through SQLite's batch writer: a
 /// burst of repeated clicks waits for these (each read bounded by the persist deadline; past it
 /// the answer names no seat), never for the shared pool. Each final refusal's read also spends
-/// its attempt, a committed write (docs/design.md#a-final-refusal-spends-its-attempt): eight let
-/// PostgreSQL group those commits, a third more refusals a second than two (BENCHMARKS.md).
-pub const SEAT_READ_CONNECTIONS: u32 = 8;
+/// its attempt, a committed write (docs/design.md#a-final-refusal-spends-its-attempt): eight
+/// would let PostgreSQL group a third more of those commits a second (BENCHMARKS.md), at six
+/// more connections a serve in README's "Database connections" budget; left at two.
+pub const SEAT_READ_CONNECTIONS: u32 = 2;
 
 pub struct Sale {
     link: Arc<RedisLink>,
