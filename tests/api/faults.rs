@@ -125,7 +125,7 @@ async fn an_unavailable_database_breaks_no_invariant() {
 async fn every_fault_at_once_breaks_no_invariant() {
     // One failover kind: two failovers back to back (the second while the Sentinels may not yet
     // know the node restarted by the first) are not yet stable in this runner; see FAULTS.md.
-    // `rack` has a test of its own below: with it here this test passed 15 of 16 runs, and the
+    // `rack` has a test of its own below: with it here this test passed 22 of 23 runs, and the
     // one failure was not diagnosed (FAULTS.md).
     let kinds =
         FaultKind::ALL.into_iter().filter(|k| !matches!(k, FaultKind::FailoverAfterStall | FaultKind::Rack)).collect();
