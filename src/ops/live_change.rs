@@ -98,6 +98,20 @@ pub async fn amend_redis(
     lock: &OperatorLock,
 ) -> anyhow::Result<Amended> {
     let keys = EventKeys::new(&spec.id);
+    let key_names = [
+        &keys.meta,
+        &keys.lock,
+        &keys.cap,
+        &keys.waitq,
+        &keys.waiters,
+        &keys.allow,
+        &keys.adm,
+        &keys.pending,
+        &keys.taken,
+        &keys.free,
+        &keys.adopt,
+    ]
+    .map(String::as_str);
     let mut offered = 0;
     loop {
         let waiting: usize = redis::cmd("ZCARD").arg(&keys.waitq).query_async(conn).await?;
@@ -112,20 +126,6 @@ pub async fn amend_redis(
             args.extend([level.as_str().to_owned(), cap.to_string()]);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let key_names = [
-            &keys.meta,
-            &keys.lock,
-            &keys.cap,
-            &keys.waitq,
-            &keys.waiters,
-            &keys.allow,
-            &keys.adm,
-            &keys.pending,
-            &keys.taken,
-            &keys.free,
-            &keys.adopt,
-        ];
-        let key_names: Vec<&str> = key_names.iter().map(|k| k.as_str()).collect();
         let answer: redis::Value = scripts::run_as(conn, &AMEND, &AMEND.call(&key_names, &args))
             .await
             .context("writing the change into Redis")?;

@@ -501,9 +501,10 @@ impl JoinReply {
             Value::Array(ref items) if items.len() == 2 || items.len() == 3 => {
                 let waiting = (|| {
                     let position = int(&items[0]).filter(|p| *p >= 1)?;
+                    // A third element is only ever the fresh join's flag, 1.
                     let joined = match items.get(2) {
                         None => false,
-                        Some(flag) => int(flag).filter(|f| *f == 1).is_some().then_some(true)?,
+                        Some(flag) => int(flag).filter(|f| *f == 1).map(|_| true)?,
                     };
                     Some(Self::Waiting { level: text(&items[1])?, position, joined })
                 })();

@@ -237,7 +237,17 @@ impl Sale {
     /// One script call on the shared connection.
     pub async fn run_script(&self, script: &scripts::Script, cmd: redis::Cmd) -> Result<redis::Value, RedisError> {
         let mut conn = self.link.shared().await?;
-        let result = scripts::run(&mut conn, script, &cmd).await;
+        self.run_script_on(&mut conn, script, &cmd).await
+    }
+
+    /// One script call on `conn`, which the caller keeps (for a `WAIT` that must cover it).
+    pub(crate) async fn run_script_on(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        script: &scripts::Script,
+        cmd: &redis::Cmd,
+    ) -> Result<redis::Value, RedisError> {
+        let result = scripts::run(conn, script, cmd).await;
         if let Err(e) = &result {
             self.link.report(e).await;
         }

@@ -75,13 +75,8 @@ impl Sale {
         let cmd = self.scripts.waitlist_call(&view.keys, &req.code, &req.nonce, &req.level, self.settings.waiters_max);
         // One connection for the script and its `WAIT`, so the `WAIT` covers the join.
         let mut conn = self.link.shared().await.map_err(|e| self.redis_failed(e))?;
-        let reply = match scripts::run(&mut conn, &self.scripts.waitlist, &cmd).await {
-            Ok(reply) => reply,
-            Err(e) => {
-                self.link.report(&e).await;
-                return Err(self.redis_failed(e));
-            }
-        };
+        let reply =
+            self.run_script_on(&mut conn, &self.scripts.waitlist, &cmd).await.map_err(|e| self.redis_failed(e))?;
         let reply = JoinReply::decode(reply).map_err(|e| {
             tracing::error!(event = %view.id, error = %e, "waitlist script answered unexpectedly");
             Refusal::Retry("unexpected reply")
