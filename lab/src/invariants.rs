@@ -5,20 +5,16 @@
 
 mod waiting;
 
-use redis::aio::MultiplexedConnection;
 use seatrush::domain::code::CodeHash;
 use seatrush::domain::event::EventId;
+use seatrush::redis_io::conn::RedisConn;
 use seatrush::redis_io::keys::EventKeys;
 use seatrush::redis_io::snapshot::RedisSide;
 use seatrush::store::{BookingState, Store};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Every violation found, in words; empty when all three invariants hold.
-pub async fn violations(
-    conn: &mut MultiplexedConnection,
-    store: &Store,
-    event: &EventId,
-) -> anyhow::Result<Vec<String>> {
+pub async fn violations(conn: &mut RedisConn, store: &Store, event: &EventId) -> anyhow::Result<Vec<String>> {
     let mut v = Vec::new();
     let spec = store.event(event).await?.spec;
     let holders = store.seat_holders(event).await?;

@@ -6,8 +6,8 @@
 //!
 //! # Layout
 //!
-//! - `scratch_db.rs`, `invariants.rs`, `crowd.rs`, `fleet.rs`: the pieces — a database of its own
-//!   for a run, the invariants checked (the waiting list's in `invariants/waiting.rs`), simulated candidates, supervised `serve` processes.
+//! - `scratch_db.rs`, `invariants.rs`, `crowd.rs`, `fleet.rs`, `cluster.rs`: the pieces — a database of its own
+//!   for a run, a Redis Cluster of its own, the invariants checked (the waiting list's in `invariants/waiting.rs`), simulated candidates, supervised `serve` processes.
 //! - `bench/`: the load tool, the contention comparison (`strategies`), `compare-backends`,
 //!   `sqlite-floor`.
 //! - `runner/`: the fault runner.
@@ -17,13 +17,14 @@
 //!
 //! # The one rule
 //!
-//! `scratch_db`, `invariants`, `crowd`, `fleet` → `bench`, `runner`, `demo`, `buckets` → `cli`: each imports
+//! `scratch_db`, `invariants`, `crowd`, `fleet`, `cluster` → `bench`, `runner`, `demo`, `buckets` → `cli`: each imports
 //! only the layers before it (none of a rank imports another of that rank), and any of the
 //! product's; `tests/api/layout.rs` checks it, and that the product never names this crate.
 
 pub mod bench;
 pub mod buckets;
 pub mod cli;
+pub mod cluster;
 pub mod crowd;
 pub mod demo;
 pub mod fleet;

@@ -5,13 +5,13 @@
 //! bookings, payments or the reaper wait for.
 
 use super::AppState;
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::link::RedisLink;
 use crate::sale::stats::Stats;
 use crate::store::Store;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use redis::aio::MultiplexedConnection;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,7 +48,7 @@ pub struct ReadinessCache {
 
 struct Cached {
     answer: Option<(Instant, Readiness)>,
-    redis: Option<MultiplexedConnection>,
+    redis: Option<RedisConn>,
     database: Option<Store>,
 }
 

@@ -7,12 +7,12 @@
 
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::oplock::OperatorLock;
 use crate::redis_io::scripts::{self, Script};
 use crate::store::{AuditEntry, Store};
 use anyhow::{bail, Context};
-use redis::aio::MultiplexedConnection;
 
 /// What one removal did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,7 +29,7 @@ const REMOVE_BATCH_MAX: usize = 1_000;
 /// Removes `hashes` from the event's allowlist in the database and in Redis; `client` names who
 /// asked, for the audit trail.
 pub async fn remove_codes(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     store: &Store,
     event: &EventId,
     hashes: &[CodeHash],
@@ -50,7 +50,7 @@ pub async fn remove_codes(
 }
 
 async fn remove_locked(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     store: &Store,
     event: &EventId,
     hashes: &[CodeHash],

@@ -9,11 +9,11 @@ use crate::domain::event::{EventSpec, LevelName};
 use crate::domain::session::{bases_from_meta, seat_bases};
 use crate::ops::live_change::{self, Amended};
 use crate::ops::loader::records_by_level;
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::oplock::OperatorLock;
 use crate::store::{Store, StoreError};
 use anyhow::bail;
-use redis::aio::MultiplexedConnection;
 
 /// What `apply` changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub enum Applied {
 }
 
 /// Checks the change against Redis, then applies it to the database, all under the lock.
-pub async fn apply_event(conn: &mut MultiplexedConnection, store: &Store, spec: &EventSpec) -> anyhow::Result<Applied> {
+pub async fn apply_event(conn: &mut RedisConn, store: &Store, spec: &EventSpec) -> anyhow::Result<Applied> {
     let lock = OperatorLock::acquire(conn, &spec.id, "event apply").await?;
     let applied = apply_locked(conn, store, spec, &lock).await;
     if let Err(e) = lock.release().await {
@@ -35,7 +35,7 @@ pub async fn apply_event(conn: &mut MultiplexedConnection, store: &Store, spec: 
 }
 
 async fn apply_locked(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     store: &Store,
     spec: &EventSpec,
     lock: &OperatorLock,
@@ -76,7 +76,7 @@ async fn store_change(store: &Store, spec: &EventSpec, while_open: bool) -> anyh
 
 /// The per-level seat blocks the loaded event has (`base:LEVEL` in its meta; empty: event-wide).
 async fn loaded_bases(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     keys: &EventKeys,
 ) -> anyhow::Result<std::collections::BTreeMap<LevelName, i64>> {
     let meta: std::collections::HashMap<String, String> =
@@ -85,7 +85,7 @@ async fn loaded_bases(
 }
 
 /// Every reason Redis gives to refuse the change; empty when it may go ahead.
-pub async fn redis_refusals(conn: &mut MultiplexedConnection, spec: &EventSpec) -> anyhow::Result<Vec<String>> {
+pub async fn redis_refusals(conn: &mut RedisConn, spec: &EventSpec) -> anyhow::Result<Vec<String>> {
     let keys = EventKeys::new(&spec.id);
     let state: Option<String> = redis::cmd("HGET").arg(&keys.meta).arg("state").query_async(conn).await?;
     if state.as_deref() == Some("open") {

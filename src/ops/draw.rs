@@ -4,11 +4,11 @@
 
 use crate::domain::draw;
 use crate::domain::event::{EventId, EventSpec};
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::EventKeys;
 use crate::sale::draw::DrawRun;
 use crate::sale::Sale;
 use crate::store::{Store, StoredDraw};
-use redis::aio::MultiplexedConnection;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ pub const DRAW_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 /// The state of a draw already under way or done is left as it is. An event without a draw loses
 /// any draw hash an earlier configuration left.
 pub async fn commit_at_open(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     store: &Store,
     spec: &EventSpec,
 ) -> anyhow::Result<Option<StoredDraw>> {

@@ -2,8 +2,8 @@
 //! heals the affected events from the database while the crowd books.
 //!
 //! Evidence, any of which starts a heal:
-//! - the primary's replication id changed (Sentinel promoted a replica, or a primary restarted):
-//!   every open event;
+//! - the primary's replication id changed (Sentinel promoted a replica, or a primary restarted;
+//!   on a Redis Cluster, any primary's): every open event;
 //! - a database refusal on the request path that shows Redis handed out a seat or a code the
 //!   database holds (`SeatTaken`, a code that already holds a seat): that event;
 //! - a sweep when the `serve` starts and every [`SWEEP_INTERVAL`] after, over every open event,
@@ -15,6 +15,7 @@
 
 use crate::domain::event::EventId;
 use crate::ops::loader;
+use crate::redis_io::conn::{primaries, RedisConn};
 use crate::sale::heal::Healed;
 use crate::sale::stats::Stats;
 use crate::sale::Sale;
@@ -117,10 +118,21 @@ async fn rebuild(sale: &Sale, event: &EventId) {
     }
 }
 
-/// The primary's `master_replid`, from `INFO replication`.
+/// The primary's `master_replid`, from `INFO replication`; on a Redis Cluster, every primary's
+/// address and id, so a failover of any one (or a primary's restart) shows as a change.
 async fn replication_id(sale: &Sale) -> anyhow::Result<String> {
     let mut conn = sale.link().shared().await?;
-    let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await?;
+    let RedisConn::Cluster(cluster) = &conn else { return master_replid(&mut conn).await };
+    let mut ids = Vec::new();
+    for mut node in primaries(cluster).await? {
+        ids.push(format!("{}={}", node.address(), master_replid(&mut node).await?));
+    }
+    ids.sort();
+    Ok(ids.join(" "))
+}
+
+async fn master_replid<C: redis::aio::ConnectionLike>(conn: &mut C) -> anyhow::Result<String> {
+    let info: String = redis::cmd("INFO").arg("replication").query_async(conn).await?;
     info.lines()
         .find_map(|l| l.strip_prefix("master_replid:"))
         .map(|id| id.trim().to_owned())

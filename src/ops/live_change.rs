@@ -15,11 +15,11 @@
 
 use crate::domain::event::EventSpec;
 use crate::domain::session::seat_bases;
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::oplock::OperatorLock;
 use crate::redis_io::scripts::{self, Script};
 use anyhow::{bail, Context};
-use redis::aio::MultiplexedConnection;
 use std::sync::LazyLock;
 
 /// Every reason to refuse `new` in place of `old` while the sale runs; empty when it may go ahead.
@@ -92,11 +92,7 @@ static AMEND: LazyLock<Script> =
 
 /// Writes the change into the open event's Redis keys (`lua/amend.lua`), while `lock` is held,
 /// and offers the room a raised cap makes to the waiting list, until no waiter can take more.
-pub async fn amend_redis(
-    conn: &mut MultiplexedConnection,
-    spec: &EventSpec,
-    lock: &OperatorLock,
-) -> anyhow::Result<Amended> {
+pub async fn amend_redis(conn: &mut RedisConn, spec: &EventSpec, lock: &OperatorLock) -> anyhow::Result<Amended> {
     let keys = EventKeys::new(&spec.id);
     let key_names = [
         &keys.meta,

@@ -17,13 +17,13 @@ use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::{now_ms, EventId};
 use crate::domain::session::seat_bases;
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
 use crate::redis_io::oplock::OperatorLock;
 use crate::redis_io::primary_settings::{check_primary, SettingsWarnings};
 use crate::redis_io::scripts::{self, admission_record, Script};
 use crate::store::{BookingRow, Store, StoredEvent};
 use anyhow::{bail, Context};
-use redis::aio::MultiplexedConnection;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -38,12 +38,12 @@ const STAGED_TTL: Duration = Duration::from_secs(3600);
 
 /// Sends staging commands with up to [`LOAD_IN_FLIGHT_MAX`] unanswered; `finish` waits for the rest.
 struct Stager {
-    conn: MultiplexedConnection,
+    conn: RedisConn,
     in_flight: futures::stream::FuturesOrdered<futures::future::BoxFuture<'static, redis::RedisResult<()>>>,
 }
 
 impl Stager {
-    fn new(conn: &MultiplexedConnection) -> Self {
+    fn new(conn: &RedisConn) -> Self {
         Self { conn: conn.clone(), in_flight: futures::stream::FuturesOrdered::new() }
     }
 
@@ -113,14 +113,14 @@ enum Loaded {
 
 /// Takes the event's operator lock, checks the primary's settings, loads the event and marks it
 /// open. A setting that cannot be read refuses the open ([`open_event_acknowledging`] goes on).
-pub async fn open_event(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<OpenReport> {
+pub async fn open_event(conn: &mut RedisConn, store: &Store, id: &EventId) -> anyhow::Result<OpenReport> {
     open_event_acknowledging(conn, store, id, false).await
 }
 
 /// [`open_event`]; with `unverifiable_ok` (`--redis-settings-unverifiable-ok`) a setting of the
 /// primary that cannot be read is a warning in the report instead of a refusal.
 pub async fn open_event_acknowledging(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     store: &Store,
     id: &EventId,
     unverifiable_ok: bool,
@@ -135,7 +135,7 @@ pub async fn open_event_acknowledging(
 }
 
 async fn open_locked(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     store: &Store,
     id: &EventId,
     lock: &OperatorLock,
@@ -172,7 +172,7 @@ async fn open_locked(
     })
 }
 
-async fn read_loaded(conn: &mut MultiplexedConnection, keys: &EventKeys) -> anyhow::Result<Loaded> {
+async fn read_loaded(conn: &mut RedisConn, keys: &EventKeys) -> anyhow::Result<Loaded> {
     let (exists, generation, total): (bool, Option<String>, Option<i64>) = redis::pipe()
         .exists(&keys.meta)
         .hget(&keys.meta, "generation")
@@ -192,11 +192,7 @@ async fn read_loaded(conn: &mut MultiplexedConnection, keys: &EventKeys) -> anyh
 }
 
 /// Refuses to shrink the seat pool below a seat number an admission in Redis still holds.
-async fn require_records_fit(
-    conn: &mut MultiplexedConnection,
-    keys: &EventKeys,
-    total_seats: i64,
-) -> anyhow::Result<()> {
+async fn require_records_fit(conn: &mut RedisConn, keys: &EventKeys, total_seats: i64) -> anyhow::Result<()> {
     let beyond = records_by_level(conn, keys).await?.values().map(|l| l.slots_beyond(total_seats)).sum::<usize>();
     if beyond > 0 {
         bail!(
@@ -222,7 +218,7 @@ impl LevelRecords {
 
 /// Every admission record of the event, by level. Reads the whole hash: an operator command's cost.
 pub async fn records_by_level(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     keys: &EventKeys,
 ) -> anyhow::Result<BTreeMap<String, LevelRecords>> {
     let records: BTreeMap<String, String> = redis::cmd("HGETALL").arg(&keys.adm).query_async(conn).await?;
@@ -240,7 +236,7 @@ pub async fn records_by_level(
 
 /// Stages, checks the staged counts against the database, switches. Returns the allowlist size.
 async fn stage_and_switch(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     store: &Store,
     event: &StoredEvent,
     keys: &EventKeys,
@@ -266,12 +262,7 @@ async fn stage_and_switch(
     Ok(allowlist)
 }
 
-async fn stage_allowlist(
-    conn: &mut MultiplexedConnection,
-    store: &Store,
-    id: &EventId,
-    staged: &str,
-) -> anyhow::Result<i64> {
+async fn stage_allowlist(conn: &mut RedisConn, store: &Store, id: &EventId, staged: &str) -> anyhow::Result<i64> {
     let mut after = String::new();
     let mut count = 0i64;
     let mut stager = Stager::new(conn);
@@ -293,12 +284,7 @@ async fn stage_allowlist(
 }
 
 /// The levels each restricted code may book (`{ev:ID}:levels`); nothing staged when no code is.
-async fn stage_allowed_levels(
-    conn: &mut MultiplexedConnection,
-    store: &Store,
-    id: &EventId,
-    staged: &str,
-) -> anyhow::Result<()> {
+async fn stage_allowed_levels(conn: &mut RedisConn, store: &Store, id: &EventId, staged: &str) -> anyhow::Result<()> {
     let mut after = String::new();
     let mut stager = Stager::new(conn);
     loop {
@@ -318,7 +304,7 @@ async fn stage_allowed_levels(
 
 /// The seat pool, counters and records, from the database's held and paid rows.
 async fn stage_seats(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     event: &StoredEvent,
     staged: &Staged,
     holders: &[BookingRow],
@@ -361,7 +347,7 @@ async fn stage_seats(
 
 /// The staged seat pool and records, counted before anything goes live.
 async fn check_staged_seats(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     event: &StoredEvent,
     staged: &Staged,
     holders: &[BookingRow],
@@ -382,7 +368,7 @@ async fn check_staged_seats(
 
 /// The atomic switch (`lua/switch.lua`).
 async fn switch(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     event: &StoredEvent,
     keys: &EventKeys,
     staged: &Staged,
@@ -457,11 +443,7 @@ pub enum CloseOutcome {
 }
 
 /// `close`: the request path answers `closed` from the next catalog refresh on.
-pub async fn close_event(
-    conn: &mut MultiplexedConnection,
-    store: &Store,
-    id: &EventId,
-) -> anyhow::Result<CloseOutcome> {
+pub async fn close_event(conn: &mut RedisConn, store: &Store, id: &EventId) -> anyhow::Result<CloseOutcome> {
     let stored = store.event(id).await?;
     let lock = OperatorLock::acquire(conn, id, "close").await?;
     let keys = EventKeys::new(id);

@@ -11,6 +11,7 @@
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::oplock::OperatorLock;
@@ -18,7 +19,6 @@ use crate::redis_io::scripts::admission_record;
 use crate::redis_io::snapshot::{MoveInFlight, RedisSide};
 use crate::store::{BookingRow, LevelCounts, Store, StoredEvent};
 use anyhow::{bail, Context};
-use redis::aio::MultiplexedConnection;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
@@ -123,7 +123,7 @@ impl Comparison {
 
 /// Takes the snapshot and compares. `conn` should be a dedicated connection when the caller
 /// means to repair (it WATCHes the keys first).
-pub async fn compare(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<Comparison> {
+pub async fn compare(conn: &mut RedisConn, store: &Store, id: &EventId) -> anyhow::Result<Comparison> {
     let event = store.event(id).await?;
     let keys = EventKeys::new(id);
     let snapshot = store.holders_snapshot(id).await?;
@@ -296,16 +296,14 @@ impl TooBusy {
 /// that shows no drift at all. Drift is only reported from an exact comparison; when each of
 /// [`NOISY_COMPARISONS_MAX`] comparisons in a row is noisy and shows some, the answer is
 /// [`TooBusy`], never the last noisy one.
-pub async fn compare_quietly(
-    conn: &mut MultiplexedConnection,
-    store: &Store,
-    id: &EventId,
-) -> anyhow::Result<Comparison> {
+pub async fn compare_quietly(conn: &mut RedisConn, store: &Store, id: &EventId) -> anyhow::Result<Comparison> {
     let keys = EventKeys::new(id);
     for _ in 0..NOISY_COMPARISONS_MAX {
         watched(&keys).query_async::<()>(conn).await?;
         let c = compare(conn, store, id).await?;
-        let quiet: Option<()> = redis::pipe().atomic().cmd("PING").ignore().query_async(conn).await?;
+        // A keyed command, not a PING: on a Redis Cluster the transaction must go to the node
+        // that holds the WATCH, which is the event's.
+        let quiet: Option<()> = redis::pipe().atomic().exists(&keys.meta).ignore().query_async(conn).await?;
         if quiet.is_some() || c.drift().is_empty() {
             return Ok(c);
         }
@@ -314,7 +312,7 @@ pub async fn compare_quietly(
     Err(TooBusy { comparisons: NOISY_COMPARISONS_MAX }.into())
 }
 
-async fn repair_locked(conn: &mut MultiplexedConnection, store: &Store, id: &EventId) -> anyhow::Result<Vec<String>> {
+async fn repair_locked(conn: &mut RedisConn, store: &Store, id: &EventId) -> anyhow::Result<Vec<String>> {
     let keys = EventKeys::new(id);
     let (mut attempts, mut move_waits) = (0, 0);
     while attempts < ATTEMPTS_MAX {
@@ -388,13 +386,12 @@ fn repair_transaction(keys: &EventKeys, c: &Comparison) -> redis::Pipeline {
 /// Pending admissions older than `persist_timeout` (by Redis's clock), each with why a reaper may
 /// not be able to settle it: what `status` shows next to the reaper's `skipped` counter.
 pub async fn unsettled(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     event: &StoredEvent,
     persist_timeout: Duration,
 ) -> anyhow::Result<Vec<String>> {
     let keys = EventKeys::new(&event.spec.id);
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
-    let cutoff_ms = secs * 1000 + micros / 1000 - persist_timeout.as_millis() as i64;
+    let cutoff_ms = conn.now_ms(&keys.pending).await? - persist_timeout.as_millis() as i64;
     let codes: Vec<String> =
         redis::cmd("ZRANGEBYSCORE").arg(&keys.pending).arg("-inf").arg(cutoff_ms).query_async(conn).await?;
     let mut found = Vec::with_capacity(codes.len());

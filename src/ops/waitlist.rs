@@ -7,7 +7,7 @@ use crate::store::Store;
 
 /// The lines `status` prints; none for an event nobody waited for.
 pub async fn status_lines(
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut crate::redis_io::conn::RedisConn,
     store: &Store,
     spec: &EventSpec,
 ) -> anyhow::Result<Vec<String>> {

@@ -9,13 +9,20 @@
 //! and the Sentinels' own come from `SEATRUSH_SENTINEL_PASSWORD` (and `SEATRUSH_SENTINEL_USERNAME`
 //! for an ACL user): two different servers, so two credentials, each said once.
 //!
+//! Redis Cluster: `redis+cluster://h1:p1,h2:p2` (seed nodes; `rediss+cluster://` for TLS), with the
+//! nodes' `user:password@` before the first host. The `redis` crate's cluster connection finds the
+//! primaries and follows the slot map; it re-sends nothing on its own (no retries), because a
+//! pipeline re-sent on a new connection would carry a `WAIT` that covers none of the first
+//! sending's writes (docs/design.md#many-events-on-a-redis-cluster).
+//!
 //! TLS: `rediss://host:port`, and `rediss+sentinel://h1:26379,h2:26379/master-name` for TLS to the
 //! Sentinels and to the primary they name. The servers' certificates are checked against the CA
 //! file given ([`RedisLink::open`], `--redis-ca-file`), else against the system's roots; the
 //! redis crate (rustls) does the TLS. A URL is only ever printed with its password masked.
 
 use crate::domain::url::redacted;
-use redis::aio::MultiplexedConnection;
+use crate::redis_io::conn::RedisConn;
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, Client, IntoConnectionInfo, RedisError, RedisResult, ServerErrorKind, TlsCertificates,
@@ -35,7 +42,8 @@ pub enum LinkError {
     /// The URL, its password masked.
     #[error(
         "redis URL {0:?} must be redis://host:port, rediss://host:port (TLS), \
-         redis+sentinel://host:port,host:port/master-name or rediss+sentinel://host:port,host:port/master-name (TLS)"
+         redis+sentinel://host:port,host:port/master-name, rediss+sentinel://host:port,host:port/master-name (TLS), \
+         redis+cluster://host:port,host:port or rediss+cluster://host:port,host:port (TLS)"
     )]
     Url(String),
     #[error(
@@ -69,6 +77,7 @@ const HINT_CERTIFICATE: &str = ". The server's certificate was not accepted: \
 enum Target {
     Direct(Client),
     Sentinel(Mutex<SentinelClient>),
+    Cluster(ClusterClient),
 }
 
 /// The way to the current Redis primary, with one shared multiplexed connection for short
@@ -78,7 +87,7 @@ pub struct RedisLink {
     url: String,
     tls: bool,
     target: Target,
-    shared: Mutex<Option<MultiplexedConnection>>,
+    shared: Mutex<Option<RedisConn>>,
 }
 
 impl RedisLink {
@@ -100,7 +109,7 @@ impl RedisLink {
     pub fn open_with(url: &str, ca_file: Option<&Path>, sentinel_auth: &SentinelAuth) -> Result<Self, LinkError> {
         let shown = redacted(url);
         let bad = || LinkError::Url(shown.clone());
-        let tls = url.starts_with("rediss://") || url.starts_with("rediss+sentinel://");
+        let tls = ["rediss://", "rediss+sentinel://", "rediss+cluster://"].iter().any(|s| url.starts_with(s));
         let certificates = match ca_file {
             None => None,
             Some(_) if !tls => return Err(LinkError::CaWithoutTls(shown)),
@@ -113,6 +122,12 @@ impl RedisLink {
         {
             let client = sentinel_client(scheme, rest, certificates, sentinel_auth).ok_or_else(bad)?;
             Target::Sentinel(Mutex::new(client))
+        } else if let Some((scheme, rest)) = url
+            .strip_prefix("redis+cluster://")
+            .map(|r| ("redis", r))
+            .or(url.strip_prefix("rediss+cluster://").map(|r| ("rediss", r)))
+        {
+            Target::Cluster(cluster_client(scheme, rest, certificates).ok_or_else(bad)?)
         } else if tls {
             let client = match certificates {
                 Some(certificates) => Client::build_with_tls(url, certificates),
@@ -124,7 +139,7 @@ impl RedisLink {
         } else {
             return Err(bad());
         };
-        if matches!(target, Target::Direct(_)) && !sentinel_auth.is_empty() {
+        if !matches!(target, Target::Sentinel(_)) && !sentinel_auth.is_empty() {
             return Err(LinkError::SentinelAuthWithoutSentinel(shown));
         }
         Ok(Self { url: shown, tls, target, shared: Mutex::new(None) })
@@ -135,21 +150,32 @@ impl RedisLink {
         &self.url
     }
 
-    /// A new connection to the current primary. `response_timeout` bounds each command on it.
-    pub async fn connect(&self, response_timeout: Duration) -> RedisResult<MultiplexedConnection> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(response_timeout));
+    /// Whether the URL names a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
+    /// A new connection to the current primary (on a cluster, a connection of its own to each
+    /// primary). `response_timeout` bounds each command on it.
+    pub async fn connect(&self, response_timeout: Duration) -> RedisResult<RedisConn> {
         let client = match &self.target {
             Target::Direct(client) => client.clone(),
             Target::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await?,
+            Target::Cluster(cluster) => {
+                let config =
+                    ClusterConfig::new().set_connection_timeout(CONNECT_TIMEOUT).set_response_timeout(response_timeout);
+                return Ok(RedisConn::Cluster(cluster.get_async_connection_with_config(config).await?));
+            }
         };
-        client.get_multiplexed_async_connection_with_config(&config).await
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(response_timeout));
+        Ok(RedisConn::Node(client.get_multiplexed_async_connection_with_config(&config).await?))
     }
 
     /// Connects once and checks the server answers, for commands that should fail fast with a
     /// clear message when Redis is unreachable.
-    pub async fn check(&self) -> Result<MultiplexedConnection, LinkError> {
+    pub async fn check(&self) -> Result<RedisConn, LinkError> {
         let mut conn = self.connect(RESPONSE_TIMEOUT).await.map_err(|source| self.connect_error(source))?;
         redis::cmd("PING").query_async::<String>(&mut conn).await.map_err(|source| self.connect_error(source))?;
         Ok(conn)
@@ -170,7 +196,7 @@ impl RedisLink {
     }
 
     /// The shared connection for short commands (gates, mark-persisted, the reaper).
-    pub async fn shared(&self) -> RedisResult<MultiplexedConnection> {
+    pub async fn shared(&self) -> RedisResult<RedisConn> {
         let mut shared = self.shared.lock().await;
         if let Some(conn) = shared.as_ref() {
             return Ok(conn.clone());
@@ -290,6 +316,39 @@ fn sentinel_client(
     builder.build().ok()
 }
 
+/// A cluster client from the part of a `redis+cluster://` (or `rediss+cluster://`) URL after the
+/// scheme: `[user:password@]h1:p1,h2:p2`, the seed nodes; the credentials are every node's. None
+/// for a malformed URL.
+fn cluster_client(scheme: &str, rest: &str, certificates: Option<TlsCertificates>) -> Option<ClusterClient> {
+    let rest = rest.trim_end_matches('/');
+    let (userinfo, hosts) = match rest.rsplit_once('@') {
+        Some((userinfo, hosts)) => (Some(userinfo), hosts),
+        None => (None, rest),
+    };
+    if hosts.is_empty() || hosts.contains('/') || hosts.split(',').any(str::is_empty) {
+        return None;
+    }
+    let mut nodes = Vec::new();
+    for host in hosts.split(',') {
+        let node = match userinfo {
+            Some(userinfo) => format!("{scheme}://{userinfo}@{host}"),
+            None => format!("{scheme}://{host}"),
+        };
+        nodes.push(node.into_connection_info().ok()?);
+    }
+    // No retries: the crate would re-send a whole pipeline after a lost connection, and the
+    // committer's WAIT inside it would then cover none of the first sending's writes. A MOVED,
+    // ASK or TRYAGAIN comes back to the caller, which sends again once the slot map is rebuilt.
+    let mut builder = ClusterClientBuilder::new(nodes).retries(0);
+    if scheme == "rediss" {
+        builder = builder.tls(TlsMode::Secure);
+        if let Some(certificates) = certificates {
+            builder = builder.certs(certificates);
+        }
+    }
+    builder.build().ok()
+}
+
 /// True when the server refused the credentials, or wanted some and got none.
 fn is_auth_failure(err: &RedisError) -> bool {
     let text = err.to_string();
@@ -332,6 +391,12 @@ mod tests {
         assert!(RedisLink::new("rediss://127.0.0.1:6380").is_ok());
         assert!(RedisLink::new("rediss+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster").is_ok());
         assert!(RedisLink::new("rediss+sentinel://127.0.0.1:26379").is_err());
+        assert!(RedisLink::new("redis+cluster://127.0.0.1:7000,127.0.0.1:7001").is_ok_and(|l| l.is_cluster()));
+        assert!(RedisLink::new("rediss+cluster://:pw@127.0.0.1:7000").is_ok());
+        assert!(RedisLink::new("redis+cluster://127.0.0.1:7000,").is_err(), "an empty host");
+        assert!(RedisLink::new("redis+cluster://127.0.0.1:7000/mymaster").is_err(), "a cluster has no master name");
+        assert!(RedisLink::new("redis+cluster://").is_err());
+        assert!(!RedisLink::new("redis://127.0.0.1:6379").unwrap().is_cluster());
     }
 
     #[test]

@@ -7,9 +7,9 @@
 //! and `close` are also conditional on the state they read (see `ops/loader.rs`).
 
 use crate::domain::event::EventId;
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::scripts::{self, Script};
-use redis::aio::MultiplexedConnection;
 use std::time::Duration;
 
 /// How long a lock outlives a holder that stopped renewing it (crashed, or cut off from Redis).
@@ -21,7 +21,7 @@ static RENEW: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/lock_renew.lua")));
 
 /// Renews the lock for `ttl_ms` (0 frees it) if `owner` still holds it: 1 if it did.
-async fn renew_once(conn: &mut MultiplexedConnection, key: &str, owner: &str, ttl_ms: u64) -> redis::RedisResult<i64> {
+async fn renew_once(conn: &mut RedisConn, key: &str, owner: &str, ttl_ms: u64) -> redis::RedisResult<i64> {
     scripts::run_as(conn, &RENEW, &RENEW.call(&[key], &[owner, &ttl_ms.to_string()])).await
 }
 
@@ -39,7 +39,7 @@ pub enum LockError {
 /// A held lock. [`OperatorLock::release`] frees it; dropped without release, it stops renewing
 /// and expires after [`LOCK_TTL`].
 pub struct OperatorLock {
-    conn: MultiplexedConnection,
+    conn: RedisConn,
     key: String,
     owner: String,
     renewer: tokio::task::JoinHandle<()>,
@@ -47,7 +47,7 @@ pub struct OperatorLock {
 
 impl OperatorLock {
     /// Takes the lock of `event` for `command` (a few words naming it, e.g. "open"), or says who holds it.
-    pub async fn acquire(conn: &MultiplexedConnection, event: &EventId, command: &str) -> Result<Self, LockError> {
+    pub async fn acquire(conn: &RedisConn, event: &EventId, command: &str) -> Result<Self, LockError> {
         let mut conn = conn.clone();
         let key = EventKeys::new(event).lock;
         let owner = owner_name(command);
@@ -94,7 +94,7 @@ impl Drop for OperatorLock {
     }
 }
 
-async fn renew(mut conn: MultiplexedConnection, key: String, owner: String) {
+async fn renew(mut conn: RedisConn, key: String, owner: String) {
     let mut tick = tokio::time::interval(LOCK_TTL / RENEWALS_PER_TTL);
     tick.tick().await;
     loop {

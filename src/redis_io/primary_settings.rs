@@ -11,8 +11,9 @@
 //! guessing either way would be wrong: refusing blocks every managed service, assuming hides a
 //! primary that evicts or forgets.
 
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::link::needs_reconnect;
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionLike;
 use redis::RedisResult;
 use std::collections::HashMap;
 
@@ -53,6 +54,11 @@ pub enum SettingsError {
         .0.join("; ")
     )]
     Unverifiable(Vec<String>),
+    #[error(
+        "the primaries of the Redis Cluster disagree on the settings the sale depends on: {0}. \
+         Set maxmemory-policy, min-replicas-to-write and persistence alike on every primary"
+    )]
+    ClusterDisagrees(String),
 }
 
 /// What the check found that the operator should read, once it lets the command go on.
@@ -81,18 +87,29 @@ const PERSISTENCE_WARNING: &str = "the Redis primary runs with neither AOF (appe
      down-after-milliseconds. After a wipe, `seatrush open --event ID` rebuilds every held and paid seat from the database.";
 
 /// Reads the settings and judges them: an evicting primary is refused whatever the flag says;
-/// an unverifiable setting is refused unless `unverifiable_ok`; the rest are warnings.
-pub async fn check_primary(
-    conn: &mut MultiplexedConnection,
-    unverifiable_ok: bool,
-) -> anyhow::Result<SettingsWarnings> {
-    Ok(PrimarySettings::read(conn).await?.judge(unverifiable_ok)?)
+/// an unverifiable setting is refused unless `unverifiable_ok`; the rest are warnings. On a
+/// Redis Cluster every primary is read, and primaries that disagree are refused: each event
+/// lives on one of them, so one evicting or forgetting primary is as bad as all.
+pub async fn check_primary(conn: &mut RedisConn, unverifiable_ok: bool) -> anyhow::Result<SettingsWarnings> {
+    let RedisConn::Cluster(cluster) = conn else {
+        return Ok(PrimarySettings::read(conn).await?.judge(unverifiable_ok)?);
+    };
+    let mut read: Vec<(String, PrimarySettings)> = Vec::new();
+    for mut node in crate::redis_io::conn::primaries(cluster).await? {
+        read.push((node.address(), PrimarySettings::read(&mut node).await?));
+    }
+    let (first_address, first) = read.first().ok_or_else(|| anyhow::anyhow!("the Redis Cluster named no primary"))?;
+    if let Some((address, other)) = read.iter().find(|(_, settings)| settings != first) {
+        let shown = format!("{first_address} has {first:?}, {address} has {other:?}");
+        return Err(SettingsError::ClusterDisagrees(shown).into());
+    }
+    Ok(first.judge(unverifiable_ok)?)
 }
 
 impl PrimarySettings {
     /// INFO first, `CONFIG GET` only where INFO is silent. A connection error is an error; a
     /// refused command (renamed away, an ACL without it) only makes a setting unverifiable.
-    pub async fn read(conn: &mut MultiplexedConnection) -> RedisResult<Self> {
+    pub async fn read<C: ConnectionLike>(conn: &mut C) -> RedisResult<Self> {
         let info = match refused_as_none(
             redis::cmd("INFO").arg("memory").arg("replication").arg("persistence").query_async::<String>(conn).await,
         )? {
@@ -152,8 +169,8 @@ impl PrimarySettings {
 
 /// AOF from INFO (`aof_enabled`); with AOF off, the RDB schedule from `CONFIG GET save`, the
 /// only place Redis shows it.
-async fn read_persistence(
-    conn: &mut MultiplexedConnection,
+async fn read_persistence<C: ConnectionLike>(
+    conn: &mut C,
     info: &HashMap<String, String>,
 ) -> RedisResult<Reading<bool>> {
     let aof = match info.get("aof_enabled") {
@@ -174,7 +191,7 @@ async fn read_persistence(
 
 /// One `CONFIG GET` value: `Ok(Err(why))` when the server refuses the command or does not
 /// expose the parameter; `Err` only for a broken connection.
-async fn config_value(conn: &mut MultiplexedConnection, name: &str) -> RedisResult<Result<String, String>> {
+async fn config_value<C: ConnectionLike>(conn: &mut C, name: &str) -> RedisResult<Result<String, String>> {
     let reply = refused_as_none(redis::cmd("CONFIG").arg("GET").arg(name).query_async::<Vec<String>>(conn).await)?;
     Ok(reply.and_then(|pairs| pairs.get(1).cloned().ok_or_else(|| format!("CONFIG GET {name} answered nothing"))))
 }

@@ -1,8 +1,8 @@
 //! The Redis side of one event at one moment, read in one pipeline: what `status`, `reconcile`
 //! and the invariant checks compare against the database.
 
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::EventKeys;
-use redis::aio::MultiplexedConnection;
 use std::collections::HashMap;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -46,7 +46,7 @@ impl MoveInFlight {
 }
 
 impl RedisSide {
-    pub async fn read(conn: &mut MultiplexedConnection, keys: &EventKeys) -> redis::RedisResult<Self> {
+    pub async fn read(conn: &mut RedisConn, keys: &EventKeys) -> redis::RedisResult<Self> {
         let (taken, free, records, pending, moves) = redis::pipe()
             .hgetall(&keys.taken)
             .zrange(&keys.free, 0, -1)

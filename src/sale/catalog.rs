@@ -225,7 +225,7 @@ impl Catalog {
 /// exists). A release script that found no record while this was false must not mark its row
 /// synced: a rebuilding `open` may still install that record. Asked before the script runs, on
 /// its connection: the switch is atomic, so an event loaded then has its records in place.
-pub async fn is_loaded(conn: &mut redis::aio::MultiplexedConnection, keys: &EventKeys) -> RedisResult<bool> {
+pub async fn is_loaded(conn: &mut crate::redis_io::conn::RedisConn, keys: &EventKeys) -> RedisResult<bool> {
     redis::cmd("EXISTS").arg(&keys.meta).query_async(conn).await
 }
 

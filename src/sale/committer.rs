@@ -12,17 +12,21 @@
 //!
 //! No request waits behind another's `WAIT` on a shared connection: while one committer waits,
 //! the next one gathers the next batch on a connection of its own.
+//!
+//! On a Redis Cluster a round is one pipeline per event, each sent to the primary that owns the
+//! event's slot with that node's `WAIT` behind its admits; the events' pipelines run at once
+//! ([`Worker::cluster_round`]).
 
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::nonce::Nonce;
 use crate::fault_hooks::{BrokenGuard, CrashPoint, FaultPlan};
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::{is_no_replicas, needs_reconnect, RedisLink};
 use crate::redis_io::scripts::{
     admit_replies, decode_attempt, is_noscript, AdmitArgs, AdmitReply, ReplyError, ScriptRefusal, Scripts,
 };
-use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,14 +48,14 @@ pub struct AckPolicy {
 }
 
 impl AckPolicy {
-    /// `WAIT` on `conn`: true once `replicas` hold every write made on it so far (at once when
-    /// there are none to wait for), false when the acknowledgement fell short.
-    pub async fn acknowledged(&self, conn: &mut MultiplexedConnection) -> Result<bool, RedisError> {
+    /// `WAIT` on `conn`, at the node that holds `keys`' event: true once `replicas` hold every
+    /// write made on it so far (at once when there are none to wait for), false when the
+    /// acknowledgement fell short.
+    pub async fn acknowledged(&self, conn: &mut RedisConn, keys: &EventKeys) -> Result<bool, RedisError> {
         if self.replicas == 0 {
             return Ok(true);
         }
-        let acked: i64 =
-            redis::cmd("WAIT").arg(self.replicas).arg(self.timeout.as_millis() as u64).query_async(conn).await?;
+        let acked = conn.wait_for(&keys.meta, self.replicas, self.timeout).await?;
         Ok(acked >= i64::from(self.replicas))
     }
 }
@@ -162,7 +166,7 @@ struct Worker {
     policy: AckPolicy,
     batch_size_max: usize,
     crash: FaultPlan,
-    conn: Option<MultiplexedConnection>,
+    conn: Option<RedisConn>,
     /// Whether the next round sends its WAIT in the admits' pipeline (see [`Worker::round`]).
     wait_follows: bool,
 }
@@ -170,6 +174,10 @@ struct Worker {
 impl Worker {
     async fn run(mut self, receiver: Arc<Mutex<mpsc::Receiver<Job>>>) {
         let mut batch = Vec::with_capacity(self.batch_size_max);
+        // Connected before the first admit, not by it: on a cluster a connection reaches every
+        // node, and a node that does not answer (a stopped replica) costs its connect timeout.
+        // A failure here is only tried again at the first round.
+        let _ = self.connection().await;
         loop {
             let received = receiver.lock().await.recv_many(&mut batch, self.batch_size_max).await;
             if received == 0 {
@@ -189,7 +197,7 @@ impl Worker {
         }
     }
 
-    async fn connection(&mut self) -> Result<&mut MultiplexedConnection, RedisError> {
+    async fn connection(&mut self) -> Result<&mut RedisConn, RedisError> {
         if self.conn.is_none() {
             let timeout = self.policy.timeout + ROUND_SLACK;
             self.conn = Some(self.link.connect(timeout).await?);
@@ -200,6 +208,9 @@ impl Worker {
     /// One round: the admits, then one WAIT. A refusal is answered whatever happens to the
     /// WAIT: it wrote nothing.
     async fn round(&mut self, batch: &[Job]) -> Vec<Result<Committed, RedisError>> {
+        if self.link.is_cluster() {
+            return self.cluster_round(batch).await;
+        }
         let piggyback = self.wait_follows && self.waits();
         let (replies, piggybacked) = match self.admit_all(batch, piggyback).await {
             Ok(replied) => replied,
@@ -237,28 +248,111 @@ impl Worker {
                 "replica acknowledgement fell short; the callers settle their admissions"
             );
         }
-        batch
-            .iter()
-            .zip(replies)
-            .map(|(job, reply)| match (reply?, &acked) {
-                (AdmitReply::Admitted { slot, admitted_ms, admission, level }, acked) => {
-                    let admission = Admission {
-                        code: job.call.code.clone(),
-                        nonce: job.call.nonce.clone(),
-                        id: admission,
-                        slot,
-                        level,
-                        admitted_ms,
-                    };
-                    match acked {
-                        Ok(true) => Ok(Committed::Acked(admission)),
-                        Ok(false) => Ok(Committed::Short(admission)),
-                        Err(e) => Err(e.clone()),
+        batch.iter().zip(replies).map(|(job, reply)| committed(&job.call, reply, &acked)).collect()
+    }
+
+    /// A round on a Redis Cluster. The crate refuses a pipeline across slots and a `WAIT` covers
+    /// only its own node, so each event's admits go in a pipeline of their own to the primary
+    /// that owns the event's slot, with the `WAIT` always behind them on that node's connection;
+    /// the events' pipelines run at once. A short acknowledgement on one node makes only that
+    /// node's admissions [`Committed::Short`].
+    async fn cluster_round(&mut self, batch: &[Job]) -> Vec<Result<Committed, RedisError>> {
+        let calls: Vec<&AdmitCall> = batch.iter().map(|j| &j.call).collect();
+        let conn = match self.connection().await {
+            Ok(conn) => conn.clone(),
+            Err(err) => return self.failed(batch.len(), err),
+        };
+        let groups = by_event(&calls);
+        let rounds = groups.iter().map(|group| self.event_round(conn.clone(), &calls, group));
+        let outcomes = futures::future::join_all(rounds).await;
+        self.crash.maybe(CrashPoint::AfterAdmit);
+        let mut results: Vec<Option<Result<Committed, RedisError>>> = (0..batch.len()).map(|_| None).collect();
+        let mut reconnect = false;
+        for (group, outcome) in groups.iter().zip(outcomes) {
+            match outcome {
+                Err(err) => {
+                    tracing::warn!(event = %calls[group[0]].keys.meta, error = %err, "an event's admits failed on its node");
+                    reconnect |= needs_reconnect(&err);
+                    for &i in group {
+                        results[i] = Some(Err(err.clone()));
                     }
                 }
-                (AdmitReply::Refused(refusal), _) => Ok(Committed::Refused(refusal)),
-            })
-            .collect()
+                Ok((replies, acked)) => {
+                    if !matches!(acked, Ok(true))
+                        && replies.iter().any(|r| matches!(r, Ok(AdmitReply::Admitted { .. })))
+                    {
+                        tracing::warn!(
+                            event = %calls[group[0]].keys.meta,
+                            wanted = self.policy.replicas,
+                            acked = ?acked,
+                            "replica acknowledgement fell short on the event's node; the callers settle their admissions"
+                        );
+                    }
+                    for (&i, reply) in group.iter().zip(replies) {
+                        reconnect |= matches!(&reply, Err(e) if needs_reconnect(e) || is_no_replicas(e));
+                        results[i] = Some(committed(calls[i], reply, &acked));
+                    }
+                }
+            }
+        }
+        if reconnect {
+            self.conn = None;
+        }
+        results.into_iter().map(|r| r.expect("every admit is in one event's round")).collect()
+    }
+
+    /// One event's admits and its node's `WAIT`, in one pipeline. A reply that means the node
+    /// ran nothing (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`: a slot moving or a failover) sends
+    /// the pipeline again after a pause, while the slot map is rebuilt, until the pauses run out;
+    /// a `NOSCRIPT` loads the script and sends it again at once.
+    async fn event_round(
+        &self,
+        mut conn: RedisConn,
+        calls: &[&AdmitCall],
+        group: &[usize],
+    ) -> Result<(Vec<Result<AdmitReply, RedisError>>, Result<bool, RedisError>), RedisError> {
+        let waits = self.waits();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.add_command(
+            self.scripts.admit_batch_call(&calls[group[0]].keys, group.iter().map(|&i| admit_args(calls[i]))),
+        );
+        if waits {
+            pipe.add_command(self.wait_cmd());
+        }
+        let mut loaded = false;
+        let mut pauses = CLUSTER_RESEND_PAUSES.iter();
+        loop {
+            let mut values: Vec<Value> = match pipe.query_async(&mut conn).await {
+                Ok(values) => values,
+                Err(err) if ran_nothing(&err) => match pauses.next() {
+                    Some(pause) => {
+                        tokio::time::sleep(*pause).await;
+                        continue;
+                    }
+                    None => return Err(err),
+                },
+                Err(err) => return Err(err),
+            };
+            let acked = if waits {
+                let reply = values.pop().ok_or_else(|| RedisError::from((redis::ErrorKind::Parse, "no WAIT reply")));
+                reply
+                    .and_then(|v| v.extract_error())
+                    .and_then(|v| redis::from_redis_value::<i64>(v).map_err(RedisError::from))
+            } else {
+                Ok(0)
+            }
+            .map(|n| !waits || n >= i64::from(self.policy.replicas));
+            let value = values.pop().ok_or_else(|| RedisError::from((redis::ErrorKind::Parse, "no admit reply")))?;
+            let replies: Vec<Result<AdmitReply, RedisError>> =
+                admit_replies(value, group.len()).into_iter().map(decode_attempt).collect();
+            if !loaded && replies.iter().any(|r| matches!(r, Err(e) if is_noscript(e))) {
+                self.scripts.admit.load(&mut conn).await?;
+                loaded = true;
+                continue;
+            }
+            return Ok((replies, acked));
+        }
     }
 
     /// Whether admissions need a WAIT at all.
@@ -368,6 +462,49 @@ impl Worker {
             }
         }
         Ok((replies.into_iter().map(|r| r.expect("every call is in one group")).collect(), waited))
+    }
+}
+
+/// Pauses before a cluster round sends an event's pipeline again after a reply that ran nothing:
+/// about 1.5 s in all, inside the persist deadline, for a slot map rebuilt after a failover.
+const CLUSTER_RESEND_PAUSES: [Duration; 5] = [
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+    Duration::from_millis(800),
+];
+
+/// True for a cluster's answers that mean the command did not run on this node: the slot lives
+/// elsewhere now or for the moment, or the cluster cannot serve it yet.
+fn ran_nothing(err: &RedisError) -> bool {
+    use redis::ServerErrorKind::{Ask, ClusterDown, Moved, TryAgain};
+    matches!(err.kind(), redis::ErrorKind::Server(Moved | Ask | TryAgain | ClusterDown))
+}
+
+/// What one admit's reply and its round's acknowledgement make of it.
+fn committed(
+    call: &AdmitCall,
+    reply: Result<AdmitReply, RedisError>,
+    acked: &Result<bool, RedisError>,
+) -> Result<Committed, RedisError> {
+    match reply? {
+        AdmitReply::Admitted { slot, admitted_ms, admission, level } => {
+            let admission = Admission {
+                code: call.code.clone(),
+                nonce: call.nonce.clone(),
+                id: admission,
+                slot,
+                level,
+                admitted_ms,
+            };
+            match acked {
+                Ok(true) => Ok(Committed::Acked(admission)),
+                Ok(false) => Ok(Committed::Short(admission)),
+                Err(e) => Err(e.clone()),
+            }
+        }
+        AdmitReply::Refused(refusal) => Ok(Committed::Refused(refusal)),
     }
 }
 

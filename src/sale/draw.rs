@@ -11,6 +11,7 @@ use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::{now_ms, EventId};
 use crate::domain::nonce::Nonce;
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::RESPONSE_TIMEOUT;
 use crate::redis_io::scripts::{self, admit_replies, decode_attempt, AdmitArgs, AdmitReply, Script};
@@ -21,7 +22,6 @@ use crate::store::DrawnEntry;
 use anyhow::{bail, Context};
 use futures::future::BoxFuture;
 use futures::StreamExt;
-use redis::aio::MultiplexedConnection;
 use redis::Value;
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -128,7 +128,7 @@ impl Sale {
         &self,
         id: &EventId,
         keys: &EventKeys,
-        conn: &mut MultiplexedConnection,
+        conn: &mut RedisConn,
         owner: &str,
     ) -> anyhow::Result<DrawRun> {
         let started: i64 = scripts::run_as(conn, &START, &START.call(&[&keys.draw, &keys.drawlock], &[owner])).await?;
@@ -211,7 +211,7 @@ impl Sale {
         &self,
         view: &EventView,
         keys: &EventKeys,
-        conn: &mut MultiplexedConnection,
+        conn: &mut RedisConn,
         owner: &str,
         batch: &[(usize, String)],
         entries: &HashMap<String, String>,
@@ -273,7 +273,7 @@ impl Sale {
             Value::Int(-7) => bail!("Redis lost the event during the draw"),
             other => bail!("draw_mark answered {other:?}: the admit did not run"),
         }
-        self.wait_for_replica(conn).await?;
+        self.wait_for_replica(conn, keys).await?;
         let written =
             admit_replies(admitted, parsed.len()).into_iter().zip(&parsed).filter_map(|(reply, (code, nonce, _))| {
                 match decode_attempt(reply) {
@@ -300,9 +300,9 @@ impl Sale {
     /// `WAIT` on the drawer's connection until a replica holds the batch. A short `WAIT` is tried
     /// again, never undone: the admission keeps its place. A broken connection is an error; the
     /// next drawer reads the marks again and redoes what a failover lost, in rank order.
-    async fn wait_for_replica(&self, conn: &mut MultiplexedConnection) -> anyhow::Result<()> {
+    async fn wait_for_replica(&self, conn: &mut RedisConn, keys: &EventKeys) -> anyhow::Result<()> {
         for _ in 0..WAIT_TRIES {
-            if self.settings.ack.acknowledged(conn).await? {
+            if self.settings.ack.acknowledged(conn, keys).await? {
                 return Ok(());
             }
         }
@@ -314,7 +314,7 @@ type Fields = HashMap<String, String>;
 
 /// The draw's secret, its entries (code hash -> "nonce level") and its marks (code hash ->
 /// "rank outcome").
-async fn read_draw(conn: &mut MultiplexedConnection, keys: &EventKeys) -> anyhow::Result<(String, Fields, Fields)> {
+async fn read_draw(conn: &mut RedisConn, keys: &EventKeys) -> anyhow::Result<(String, Fields, Fields)> {
     let (secret, entries, marks): (Option<String>, Fields, Fields) =
         redis::pipe().hget(&keys.draw, "secret").hgetall(&keys.entries).hgetall(&keys.drawn).query_async(conn).await?;
     let secret = secret.context("the draw has no secret in Redis")?;
@@ -331,7 +331,7 @@ impl Drop for Renewer {
     }
 }
 
-async fn renew(mut conn: MultiplexedConnection, key: String, owner: String) {
+async fn renew(mut conn: RedisConn, key: String, owner: String) {
     let mut tick = tokio::time::interval(DRAW_LOCK_TTL / 3);
     tick.tick().await;
     loop {

@@ -18,6 +18,7 @@
 
 use crate::domain::admission::Admission;
 use crate::domain::event::{EventId, LevelName};
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::oplock::{LockError, OperatorLock};
 use crate::redis_io::scripts;
@@ -26,7 +27,6 @@ use crate::sale::stats::Stats;
 use crate::sale::Sale;
 use crate::store::{BookingRow, BookingState};
 use anyhow::Context;
-use redis::aio::MultiplexedConnection;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -121,12 +121,7 @@ impl Sale {
         Ok(healed)
     }
 
-    async fn heal_locked(
-        &self,
-        conn: &mut MultiplexedConnection,
-        id: &EventId,
-        lock: &OperatorLock,
-    ) -> anyhow::Result<Healed> {
+    async fn heal_locked(&self, conn: &mut RedisConn, id: &EventId, lock: &OperatorLock) -> anyhow::Result<Healed> {
         let keys = EventKeys::new(id);
         let state: Option<String> = redis::cmd("HGET").arg(&keys.meta).arg("state").query_async(conn).await?;
         let Some(state) = state else { return Ok(Healed::NotLoaded) };
@@ -184,7 +179,7 @@ impl Sale {
         report.seats_returned =
             self.return_leaked_seats(conn, id, lock, stored.spec.total_seats, &side, &holders).await?;
         if !restored.is_empty() {
-            self.heal_wait(conn).await;
+            self.heal_wait(conn, &keys).await;
             // A release that committed after the read above ran its script before heal.lua
             // wrote, and found nothing: release again what the database no longer holds.
             let mut gone = Vec::new();
@@ -210,7 +205,7 @@ impl Sale {
     /// returns those still out and unheld.
     async fn return_leaked_seats(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut RedisConn,
         event: &EventId,
         lock: &OperatorLock,
         total_seats: i64,
@@ -250,8 +245,8 @@ impl Sale {
 
     /// The heal's writes reach a replica before it reads the database again; short, the next
     /// heal finds whatever a failover lost of them.
-    async fn heal_wait(&self, conn: &mut MultiplexedConnection) {
-        if !self.settings.ack.acknowledged(conn).await.unwrap_or(false) {
+    async fn heal_wait(&self, conn: &mut RedisConn, keys: &EventKeys) {
+        if !self.settings.ack.acknowledged(conn, keys).await.unwrap_or(false) {
             tracing::warn!("the heal's writes are not yet acknowledged by a replica; the next heal checks again");
         }
     }

@@ -8,12 +8,12 @@
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::scripts::{self, decode_freed, Freed, Offer};
 use crate::sale::stats::Stats;
 use crate::sale::Sale;
 use crate::store::{BookingRow, PayOutcome, Release, StoreError};
-use redis::aio::MultiplexedConnection;
 use redis::RedisError;
 
 /// Rows handled per background pass, so one pass stays short.
@@ -145,7 +145,7 @@ impl Sale {
     /// release a replica now holds (none if the acknowledgement fell short).
     async fn release_and_wait<'r>(
         &self,
-        conn: &mut Option<MultiplexedConnection>,
+        conn: &mut Option<RedisConn>,
         rows: &'r [(EventId, BookingRow)],
     ) -> Result<Vec<&'r (EventId, BookingRow)>, RedisError> {
         if conn.is_none() {
@@ -183,8 +183,10 @@ impl Sale {
         let ack = self.settings.ack;
         let skip_wait = self.crash.broken_guard == Some(crate::fault_hooks::BrokenGuard::SkipWait);
         if ack.replicas > 0 && !skip_wait && !ran.is_empty() {
-            let acked: i64 =
-                redis::cmd("WAIT").arg(ack.replicas).arg(ack.timeout.as_millis() as u64).query_async(conn).await?;
+            let mut metas: Vec<String> = ran.iter().map(|(event, _)| EventKeys::new(event).meta).collect();
+            metas.sort();
+            metas.dedup();
+            let acked = conn.wait_for_all(&metas, ack.replicas, ack.timeout).await?;
             if acked < i64::from(ack.replicas) {
                 tracing::warn!(
                     acked,

@@ -132,7 +132,7 @@ pub struct Sale {
     settings: SaleSettings,
     /// The connection releases run on, each followed by a `WAIT` that must cover it; kept apart
     /// so a release's `WAIT` never blocks the shared connection.
-    release_conn: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    release_conn: tokio::sync::Mutex<Option<crate::redis_io::conn::RedisConn>>,
     /// Events with evidence that Redis lost data, for the heal loop.
     pub heal_wanted: Arc<heal::HealWanted>,
     /// Seats the scripts gave to waiters, for [`Sale::run_offers`] to book.
@@ -243,7 +243,7 @@ impl Sale {
     /// One script call on `conn`, which the caller keeps (for a `WAIT` that must cover it).
     pub(crate) async fn run_script_on(
         &self,
-        conn: &mut redis::aio::MultiplexedConnection,
+        conn: &mut crate::redis_io::conn::RedisConn,
         script: &scripts::Script,
         cmd: &redis::Cmd,
     ) -> Result<redis::Value, RedisError> {

@@ -17,12 +17,12 @@
 
 use crate::domain::code::CodeHash;
 use crate::domain::event::{EventId, LevelName};
+use crate::redis_io::conn::RedisConn;
 use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
 use crate::redis_io::scripts::{self, Script};
 use crate::sale::booking::Refusal;
 use crate::sale::Sale;
 use crate::store::{BookingRow, MoveClaim, MoveWrite, Place, StoreError};
-use redis::aio::MultiplexedConnection;
 use redis::Value;
 use std::sync::LazyLock;
 
@@ -93,7 +93,7 @@ impl Sale {
         };
         let from = Place { level: row.level.to_string(), slot: row.slot };
         let to = Place { level: level.to_string(), slot };
-        if !self.acknowledged(&mut conn).await {
+        if !self.acknowledged(&mut conn, &view.keys).await {
             self.give_up(event, &view.keys, code, &move_id).await;
             return Err(Refusal::Retry("the move was not acknowledged by a replica").into());
         }
@@ -122,7 +122,7 @@ impl Sale {
 
     async fn take(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut RedisConn,
         keys: &EventKeys,
         row: &BookingRow,
         level: &LevelName,
@@ -153,8 +153,8 @@ impl Sale {
     }
 
     /// `WAIT` on the move's connection, as the committer waits for an admission.
-    async fn acknowledged(&self, conn: &mut MultiplexedConnection) -> bool {
-        self.settings.ack.acknowledged(conn).await.unwrap_or(false)
+    async fn acknowledged(&self, conn: &mut RedisConn, keys: &EventKeys) -> bool {
+        self.settings.ack.acknowledged(conn, keys).await.unwrap_or(false)
     }
 
     /// Claims the move `aborted` unless it landed, then settles whichever stands in Redis. None
@@ -201,8 +201,7 @@ impl Sale {
         let mut settled = 0;
         for event in events.iter().filter_map(|e| EventId::parse(e).ok()) {
             let keys = EventKeys::new(&event);
-            let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
-            let cutoff_ms = secs * 1000 + micros / 1000 - self.settings.persist_timeout.as_millis() as i64;
+            let cutoff_ms = conn.now_ms(&keys.moving).await? - self.settings.persist_timeout.as_millis() as i64;
             let codes: Vec<String> = redis::cmd("ZRANGEBYSCORE")
                 .arg(&keys.moving)
                 .arg("-inf")

@@ -105,13 +105,11 @@ impl PersistedMarks {
         // earlier mark may have dropped already), so a fresh hold's missing entry shows.
         held.sort_by(|a, b| a.0.event.as_str().cmp(b.0.event.as_str()).then(b.1.cmp(&a.1)));
         let groups: Vec<&[(&HoldItem, bool)]> = held.chunk_by(|a, b| a.0.event == b.0.event && a.1 == b.1).collect();
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for group in &groups {
+        let calls = groups.iter().map(|group| {
             let keys = EventKeys::new(&group[0].0.event);
-            pipe.add_command(self.scripts.persisted_batch_call(&keys, group.iter().map(|(i, _)| &i.admission)));
-        }
-        match self.run(&pipe).await {
+            self.scripts.persisted_batch_call(&keys, group.iter().map(|(i, _)| &i.admission))
+        });
+        match self.run(calls.collect()).await {
             Ok(replies) => {
                 for (group, reply) in groups.iter().zip(replies) {
                     let (event, fresh) = (&group[0].0.event, group[0].1);
@@ -128,8 +126,27 @@ impl PersistedMarks {
         }
     }
 
+    /// The calls' replies, one per call: one pipeline, or on a Redis Cluster (where a pipeline
+    /// stays within one slot) one per event, sent at once.
+    async fn run(&self, calls: Vec<redis::Cmd>) -> redis::RedisResult<Vec<Value>> {
+        if self.link.is_cluster() {
+            let each = calls.into_iter().map(|call| async move {
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors().add_command(call);
+                Ok::<_, redis::RedisError>(self.run_pipeline(&pipe).await?.pop().unwrap_or(Value::Nil))
+            });
+            return futures::future::try_join_all(each).await;
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for call in calls {
+            pipe.add_command(call);
+        }
+        self.run_pipeline(&pipe).await
+    }
+
     /// The pipeline's replies, one per call.
-    async fn run(&self, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<Value>> {
+    async fn run_pipeline(&self, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<Value>> {
         let mut conn = self.link.shared().await?;
         let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
         let noscript = replies.iter().any(|v| match v {

@@ -187,8 +187,7 @@ impl Sale {
     /// stamped them), with their records.
     async fn stale_pending(&self, keys: &EventKeys) -> RedisResult<(i64, Vec<(CodeHash, Option<String>)>)> {
         let mut conn = self.link.shared().await?;
-        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
-        let cutoff_ms = secs * 1000 + micros / 1000 - self.settings.persist_timeout.as_millis() as i64;
+        let cutoff_ms = conn.now_ms(&keys.pending).await? - self.settings.persist_timeout.as_millis() as i64;
         let codes: Vec<String> = redis::cmd("ZRANGEBYSCORE")
             .arg(&keys.pending)
             .arg("-inf")

@@ -85,7 +85,7 @@ impl Sale {
             // A place is told only once a replica has it: a promotion must not lose a join the
             // candidate was answered for, or the next poll would join again at the end.
             JoinReply::Waiting { level, position, joined: true } => {
-                if !self.settings.ack.acknowledged(&mut conn).await.map_err(|e| self.redis_failed(e))? {
+                if !self.settings.ack.acknowledged(&mut conn, &view.keys).await.map_err(|e| self.redis_failed(e))? {
                     return Err(Refusal::Retry("replica acknowledgement fell short"));
                 }
                 Ok(Joined::Waiting { level, position })
@@ -125,7 +125,7 @@ impl Sale {
         scripts::run(&mut conn, &LEAVE, &call).await.map_err(|e| self.redis_failed(e))?;
         // A promotion that lost the leave would put the entry back, and a seat would be offered
         // to a candidate told the sale is over: `closed` is final only once a replica has it.
-        if !self.settings.ack.acknowledged(&mut conn).await.map_err(|e| self.redis_failed(e))? {
+        if !self.settings.ack.acknowledged(&mut conn, keys).await.map_err(|e| self.redis_failed(e))? {
             return Err(Refusal::Retry("replica acknowledgement fell short"));
         }
         self.book(req).await.map(Joined::Booked)

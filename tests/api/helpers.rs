@@ -135,7 +135,7 @@ pub fn spec(options: &AppOptions) -> EventSpec {
 }
 
 /// Logs go to the test's captured output (shown when it fails); `SEATRUSH_LOG` filters them.
-fn init_logs() {
+pub fn init_logs() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("SEATRUSH_LOG").unwrap_or_else(|_| "warn,seatrush=debug".into());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();

@@ -27,6 +27,7 @@ const LAB: &[(&str, u8)] = &[
     ("invariants", 0),
     ("crowd", 0),
     ("fleet", 0),
+    ("cluster", 0),
     ("bench", 1),
     ("runner", 1),
     ("demo", 1),

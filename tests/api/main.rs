@@ -5,6 +5,7 @@ mod admission;
 mod allowlist;
 mod availability;
 mod bench;
+mod cluster;
 mod crash;
 mod draw;
 mod edge;

@@ -26,7 +26,7 @@ async fn admit_only(app: &TestApp, code: &str, level: &str) -> Admission {
     admission
 }
 
-async fn conn(app: &TestApp) -> redis::aio::MultiplexedConnection {
+async fn conn(app: &TestApp) -> seatrush::redis_io::conn::RedisConn {
     app.sale.link().check().await.unwrap()
 }
 

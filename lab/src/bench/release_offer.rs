@@ -8,12 +8,12 @@
 use anyhow::Context;
 use clap::Args;
 use hdrhistogram::Histogram;
-use redis::aio::MultiplexedConnection;
 use seatrush::demo::redis_server::{RedisOptions, RedisServer};
 use seatrush::domain::admission::Admission;
 use seatrush::domain::code::CodeHash;
 use seatrush::domain::event::EventId;
 use seatrush::domain::nonce::Nonce;
+use seatrush::redis_io::conn::RedisConn;
 use seatrush::redis_io::keys::EventKeys;
 use seatrush::redis_io::scripts::{self, decode_freed, Freed, Scripts};
 use serde::Serialize;
@@ -66,7 +66,7 @@ pub async fn run(args: &ReleaseOfferArgs) -> anyhow::Result<()> {
     let client = redis::Client::open(server.url())?;
     let mut conns = Vec::new();
     for _ in 0..args.connections {
-        conns.push(client.get_multiplexed_async_connection().await?);
+        conns.push(RedisConn::Node(client.get_multiplexed_async_connection().await?));
     }
     let scripts = std::sync::Arc::new(Scripts::new());
     let mut passes = Vec::new();
@@ -111,7 +111,7 @@ fn level(args: &ReleaseOfferArgs, i: usize) -> String {
 /// The event loaded with every seat held (`releases` of them), each level's cap the whole event so
 /// every waiter may have any seat.
 async fn fill_holders(
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     keys: &EventKeys,
     args: &ReleaseOfferArgs,
 ) -> anyhow::Result<Vec<Admission>> {
@@ -143,11 +143,7 @@ async fn fill_holders(
 /// As many waiters as seats, spread over the levels, each a registered code; returns the Redis
 /// memory one waiting entry takes (its `waitq` member and `waiters` field, without the allowlist
 /// entry every registered code has anyway, measured apart).
-async fn fill_waiters(
-    conn: &mut MultiplexedConnection,
-    keys: &EventKeys,
-    args: &ReleaseOfferArgs,
-) -> anyhow::Result<f64> {
+async fn fill_waiters(conn: &mut RedisConn, keys: &EventKeys, args: &ReleaseOfferArgs) -> anyhow::Result<f64> {
     let n = args.releases;
     let before = used_memory(conn).await?;
     let mut cmds = Vec::with_capacity(3 * n);
@@ -169,7 +165,7 @@ async fn fill_waiters(
 }
 
 /// `cmds` in pipelines of a thousand, so no one reply is large.
-async fn send(conn: &mut MultiplexedConnection, cmds: Vec<redis::Cmd>) -> anyhow::Result<()> {
+async fn send(conn: &mut RedisConn, cmds: Vec<redis::Cmd>) -> anyhow::Result<()> {
     for chunk in cmds.chunks(1000) {
         let mut pipe = redis::pipe();
         for cmd in chunk {
@@ -183,7 +179,7 @@ async fn send(conn: &mut MultiplexedConnection, cmds: Vec<redis::Cmd>) -> anyhow
 /// Releases every held seat, spread over `conns`; Redis's own time per call is read on the first
 /// (its statistics reset before the pass).
 async fn release_all(
-    conns: &mut [MultiplexedConnection],
+    conns: &mut [RedisConn],
     scripts: &std::sync::Arc<Scripts>,
     keys: &EventKeys,
     held: Vec<Admission>,
@@ -243,7 +239,7 @@ fn code(who: u8, i: usize) -> CodeHash {
     CodeHash::from_hex(&format!("{who:032x}{i:032x}")).expect("64 hex digits")
 }
 
-async fn used_memory(conn: &mut MultiplexedConnection) -> anyhow::Result<i64> {
+async fn used_memory(conn: &mut RedisConn) -> anyhow::Result<i64> {
     let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
@@ -251,7 +247,7 @@ async fn used_memory(conn: &mut MultiplexedConnection) -> anyhow::Result<i64> {
         .context("INFO memory has no used_memory")
 }
 
-async fn evalsha_usec_per_call(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
+async fn evalsha_usec_per_call(conn: &mut RedisConn) -> anyhow::Result<f64> {
     let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await?;
     info.lines()
         .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))

@@ -4,20 +4,16 @@
 //! what it may take: its block with per-level numbering, the whole pool otherwise). Read from
 //! Redis at a quiet moment, beside the three others (`invariants::violations`).
 
-use redis::aio::MultiplexedConnection;
 use seatrush::domain::event::{now_ms, EventSpec};
 use seatrush::domain::session::seat_bases;
+use seatrush::redis_io::conn::RedisConn;
 use seatrush::redis_io::keys::EventKeys;
 use seatrush::redis_io::snapshot::RedisSide;
 use std::collections::HashSet;
 
 /// Each level whose list holds a waiter with no record while the level has room and the sale is
 /// open, in words.
-pub async fn violations(
-    conn: &mut MultiplexedConnection,
-    spec: &EventSpec,
-    redis: &RedisSide,
-) -> anyhow::Result<Vec<String>> {
+pub async fn violations(conn: &mut RedisConn, spec: &EventSpec, redis: &RedisSide) -> anyhow::Result<Vec<String>> {
     let keys = EventKeys::new(&spec.id);
     let (state, closes_at_ms, members): (Option<String>, Option<i64>, Vec<String>) = redis::pipe()
         .hget(&keys.meta, "state")

@@ -1,0 +1,170 @@
+//! A Redis Cluster of the run's own: primaries and replicas started as `redis-server
+//! --cluster-enabled yes` on free ports, joined by `redis-cli --cluster create`, and stopped by
+//! process id when dropped. For the cluster tests (docs/design.md#many-events-on-a-redis-cluster).
+
+use anyhow::{bail, Context};
+use seatrush::demo::redis_server::{command_at, RedisOptions, RedisServer};
+use seatrush::redis_io::conn::ClusterNode;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the cluster may take to agree after `create`, and a failover to finish.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A node silent this long is failed over (Redis's own default is 15 s).
+pub const NODE_TIMEOUT_MS: u64 = 2000;
+
+pub struct TestCluster {
+    /// Every node, in the order `create` was given them: the primaries first.
+    pub nodes: Vec<RedisServer>,
+    /// Ports of the nodes [`TestCluster::kill`] stopped.
+    dead: Vec<u16>,
+}
+
+impl TestCluster {
+    /// `primaries` primaries with `replicas` replicas each, every slot covered, every replica in
+    /// sync, and `min-replicas-to-write 1` on every node.
+    pub fn start(primaries: usize, replicas: usize) -> anyhow::Result<Self> {
+        anyhow::ensure!(primaries >= 3, "redis-cli --cluster create needs at least three primaries");
+        let options = RedisOptions {
+            extra: vec![
+                ("cluster-enabled".into(), "yes".into()),
+                ("cluster-config-file".into(), "nodes.conf".into()),
+                ("cluster-node-timeout".into(), NODE_TIMEOUT_MS.to_string()),
+                // A replica takes over however long its link was down: the tests kill primaries.
+                ("cluster-replica-validity-factor".into(), "0".into()),
+                ("appendonly".into(), "yes".into()),
+            ],
+            ..RedisOptions::default()
+        };
+        let mut nodes = Vec::new();
+        for _ in 0..primaries * (1 + replicas) {
+            nodes.push(RedisServer::start(&options)?);
+        }
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port));
+        }
+        create.arg("--cluster-replicas").arg(replicas.to_string()).arg("--cluster-yes");
+        let out = create.stdin(Stdio::null()).output().context("running redis-cli --cluster create")?;
+        if !out.status.success() {
+            bail!("redis-cli --cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        }
+        let cluster = Self { nodes, dead: Vec::new() };
+        cluster.wait_settled(primaries, primaries * replicas)?;
+        // On every node, so that a replica promoted later guards its writes as its primary did.
+        for node in &cluster.nodes {
+            command_at::<()>(node.port, redis::cmd("CONFIG").arg("SET").arg("min-replicas-to-write").arg(1))?;
+        }
+        Ok(cluster)
+    }
+
+    /// The URL seatrush takes: every node a seed.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// Waits until every live node says the cluster is ok, sees `primaries` primaries and
+    /// `replicas` replicas, and every replica's link to its primary is up.
+    pub fn wait_settled(&self, primaries: usize, replicas: usize) -> anyhow::Result<()> {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            match self.settled(primaries, replicas) {
+                Ok(true) => return Ok(()),
+                Ok(false) | Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                Ok(false) => bail!("the cluster did not settle in {SETTLE_TIMEOUT:?}: {}", self.describe()),
+                Err(e) => return Err(e.context("the cluster did not settle")),
+            }
+        }
+    }
+
+    fn settled(&self, primaries: usize, replicas: usize) -> anyhow::Result<bool> {
+        for port in self.live_ports() {
+            let info: String = command_at(port, redis::cmd("CLUSTER").arg("INFO"))?;
+            if !info.contains("cluster_state:ok") {
+                return Ok(false);
+            }
+        }
+        let nodes = self.cluster_nodes()?;
+        let live = |n: &&ClusterNode| !n.failed;
+        if nodes.iter().filter(live).filter(|n| n.primary).count() != primaries
+            || nodes.iter().filter(live).filter(|n| !n.primary).count() != replicas
+        {
+            return Ok(false);
+        }
+        for node in nodes.iter().filter(live).filter(|n| !n.primary) {
+            let info: String = command_at(node.port, redis::cmd("INFO").arg("replication"))?;
+            if !info.contains("master_link_status:up") {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The live primaries' ports.
+    pub fn primary_ports(&self) -> anyhow::Result<Vec<u16>> {
+        Ok(self.cluster_nodes()?.into_iter().filter(|n| n.primary && !n.failed).map(|n| n.port).collect())
+    }
+
+    /// The port of the primary that owns `key`'s slot now.
+    pub fn primary_of(&self, key: &str) -> anyhow::Result<u16> {
+        let port = self.any_live_port()?;
+        let slot: u16 = command_at(port, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))?;
+        let nodes = self.cluster_nodes()?;
+        nodes
+            .iter()
+            .find(|n| n.primary && !n.failed && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+            .map(|n| n.port)
+            .with_context(|| format!("no primary owns slot {slot} of {key}"))
+    }
+
+    /// The ports of the replicas of the primary on `port`.
+    pub fn replicas_of(&self, port: u16) -> anyhow::Result<Vec<u16>> {
+        let nodes = self.cluster_nodes()?;
+        let id = nodes.iter().find(|n| n.port == port).map(|n| n.id.clone()).context("no such node")?;
+        Ok(nodes.iter().filter(|n| n.primary_id.as_deref() == Some(id.as_str())).map(|n| n.port).collect())
+    }
+
+    /// The node on `port`.
+    pub fn node(&self, port: u16) -> &RedisServer {
+        self.nodes.iter().find(|n| n.port == port).expect("a node of this cluster")
+    }
+
+    /// SIGKILLs the node on `port` and reaps it; the others fail it over after
+    /// [`NODE_TIMEOUT_MS`].
+    pub fn kill(&mut self, port: u16) {
+        if let Some(node) = self.nodes.iter_mut().find(|n| n.port == port) {
+            node.kill();
+        }
+        self.dead.push(port);
+    }
+
+    /// SIGKILL to the node on `port` only, for a kill in the middle of work that holds the
+    /// cluster borrowed; [`TestCluster::kill`] after it reaps the process and stops asking it.
+    pub fn sigkill(&self, port: u16) {
+        // SAFETY: kill(2) on a child this cluster started.
+        unsafe {
+            libc::kill(self.node(port).pid() as libc::pid_t, libc::SIGKILL);
+        }
+    }
+
+    fn live_ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|n| n.port).filter(|p| !self.dead.contains(p)).collect()
+    }
+
+    fn any_live_port(&self) -> anyhow::Result<u16> {
+        self.live_ports().into_iter().next().context("every node of the cluster is dead")
+    }
+
+    fn cluster_nodes(&self) -> anyhow::Result<Vec<ClusterNode>> {
+        let text: String = command_at(self.any_live_port()?, redis::cmd("CLUSTER").arg("NODES"))?;
+        Ok(ClusterNode::parse_all(&text))
+    }
+
+    fn describe(&self) -> String {
+        self.any_live_port()
+            .and_then(|p| command_at::<String>(p, redis::cmd("CLUSTER").arg("NODES")))
+            .unwrap_or_else(|e| format!("({e})"))
+    }
+}

@@ -1,0 +1,236 @@
+//! One connection type for the two ways Redis is deployed: a single primary (plain or found
+//! through Sentinel) and a Redis Cluster. Everything above this module talks to a [`RedisConn`];
+//! only the acknowledgement needs to know which it is, because `WAIT` belongs to one node.
+//!
+//! On a cluster every key of an event shares the event's hash tag, so each script, and each
+//! pipeline of one event's commands, goes to the one primary that owns the event's slot (the
+//! `redis` crate's cluster connection routes it by its first key). A bare `WAIT` has no key: the
+//! crate would send it to every primary and answer the smallest count, which both waits for the
+//! wrong writes and slows every round. [`RedisConn::wait_for`] sends it to the node of the event
+//! named instead (docs/design.md#many-events-on-a-redis-cluster).
+
+use futures::FutureExt;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use std::time::Duration;
+
+#[derive(Clone)]
+pub enum RedisConn {
+    /// The one primary.
+    Node(MultiplexedConnection),
+    /// A Redis Cluster: a connection to each primary, routed by slot.
+    Cluster(ClusterConnection),
+}
+
+impl RedisConn {
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+
+    /// `WAIT replicas timeout` for the writes made on this connection to the node that holds
+    /// `key` (any key of the event): the count of replicas that acknowledged them. On a single
+    /// primary `key` changes nothing.
+    pub async fn wait_for(&mut self, key: &str, replicas: u32, timeout: Duration) -> RedisResult<i64> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(timeout.as_millis() as u64);
+        match self {
+            Self::Node(conn) => wait.query_async(conn).await,
+            Self::Cluster(conn) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let reply =
+                    conn.route_command(wait, RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)));
+                redis::from_redis_value(reply.await?).map_err(redis::RedisError::from)
+            }
+        }
+    }
+
+    /// Redis's clock in milliseconds, read at the node that holds `key`: the clock that stamped
+    /// the event's admissions (each node's own on a cluster).
+    pub async fn now_ms(&mut self, key: &str) -> RedisResult<i64> {
+        let time = redis::cmd("TIME");
+        let (secs, micros): (i64, i64) = match self {
+            Self::Node(conn) => time.query_async(conn).await?,
+            Self::Cluster(conn) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let reply =
+                    conn.route_command(time, RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)));
+                redis::from_redis_value(reply.await?).map_err(redis::RedisError::from)?
+            }
+        };
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    /// [`RedisConn::wait_for`] covering several events' writes: the fewest replicas any of their
+    /// nodes acknowledged. One `WAIT` on a single primary, one per event on a cluster.
+    pub async fn wait_for_all(&mut self, keys: &[String], replicas: u32, timeout: Duration) -> RedisResult<i64> {
+        let Some(first) = keys.first() else { return Ok(i64::from(replicas)) };
+        if !self.is_cluster() {
+            return self.wait_for(first, replicas, timeout).await;
+        }
+        let mut fewest = i64::MAX;
+        for key in keys {
+            fewest = fewest.min(self.wait_for(key, replicas, timeout).await?);
+        }
+        Ok(fewest)
+    }
+}
+
+impl std::fmt::Debug for RedisConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_cluster() { "RedisConn::Cluster" } else { "RedisConn::Node" })
+    }
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Node(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Node(conn) => conn.get_db(),
+            Self::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// One primary of a cluster, reached through the cluster connection by a slot it serves: for
+/// what must be asked of every primary in turn (its settings), which the crate would otherwise
+/// send to one at random.
+pub struct AtNode {
+    conn: ClusterConnection,
+    address: String,
+    slot: u16,
+}
+
+impl AtNode {
+    /// `host:port`, as the cluster names the node.
+    pub fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    fn route(&self) -> SingleNodeRoutingInfo {
+        SingleNodeRoutingInfo::SpecificNode(Route::new(self.slot, SlotAddr::Master))
+    }
+}
+
+/// The cluster's primaries that serve slots and are not failed, from `CLUSTER NODES`. A primary
+/// without slots holds no event.
+pub async fn primaries(conn: &ClusterConnection) -> RedisResult<Vec<AtNode>> {
+    let mut conn = conn.clone();
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await?;
+    let primaries = ClusterNode::parse_all(&nodes).into_iter().filter(|n| n.primary && !n.failed);
+    Ok(primaries
+        .filter_map(|n| {
+            let slot = n.slots.first()?.0;
+            Some(AtNode { conn: conn.clone(), address: format!("{}:{}", n.host, n.port), slot })
+        })
+        .collect())
+}
+
+/// One line of `CLUSTER NODES`: `id host:port@bus[,hostname] flags primary-id … slot-ranges`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterNode {
+    pub id: String,
+    pub host: String,
+    pub port: u16,
+    pub primary: bool,
+    /// Flagged `fail` or `fail?` by the node that answered.
+    pub failed: bool,
+    /// A replica's primary.
+    pub primary_id: Option<String>,
+    /// The slot ranges a primary serves, inclusive.
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl ClusterNode {
+    /// Every well-formed line of a `CLUSTER NODES` reply.
+    pub fn parse_all(text: &str) -> Vec<Self> {
+        text.lines().filter_map(Self::parse).collect()
+    }
+
+    fn parse(line: &str) -> Option<Self> {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let address = fields.get(1)?.split(['@', ',']).next()?;
+        let (host, port) = address.rsplit_once(':')?;
+        let flags: Vec<&str> = fields.get(2)?.split(',').collect();
+        let slots = fields
+            .iter()
+            .skip(8)
+            // `[slot->-node]` marks a slot being migrated or imported, not one served.
+            .filter(|s| !s.starts_with('['))
+            .filter_map(|s| match s.split_once('-') {
+                Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                None => s.parse().ok().map(|a| (a, a)),
+            })
+            .collect();
+        Some(Self {
+            id: (*fields.first()?).to_owned(),
+            host: host.to_owned(),
+            port: port.parse().ok()?,
+            primary: flags.contains(&"master"),
+            failed: flags.iter().any(|f| f.starts_with("fail")),
+            primary_id: fields.get(3).filter(|id| **id != "-").map(|id| (*id).to_owned()),
+            slots,
+        })
+    }
+}
+
+impl ConnectionLike for AtNode {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let routing = RoutingInfo::SingleNode(self.route());
+        self.conn.route_command(cmd.clone(), routing).boxed()
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let route = self.route();
+        self.conn.route_pipeline(pipeline.clone(), offset, count, route).boxed()
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_nodes_lines_name_primaries_replicas_and_slots() {
+        let text = "\
+07c3 127.0.0.1:30004@40004 slave e7d1 0 1426238317239 4 connected
+e7d1 127.0.0.1:30001@40001,node-1 myself,master - 0 0 1 connected 0-5460 7000 [5461->-292f]
+292f 127.0.0.1:30002@40002 master,fail - 1426238316232 1426238314227 2 disconnected
+bad line";
+        let nodes = ClusterNode::parse_all(text);
+        assert_eq!(nodes.len(), 3, "{nodes:?}");
+        assert_eq!((nodes[0].primary, nodes[0].primary_id.as_deref(), nodes[0].port), (false, Some("e7d1"), 30004));
+        assert_eq!(nodes[1].host, "127.0.0.1");
+        assert_eq!(nodes[1].slots, vec![(0, 5460), (7000, 7000)], "a migrating slot is not served");
+        assert!(nodes[1].primary && !nodes[1].failed);
+        assert!(nodes[2].primary && nodes[2].failed && nodes[2].slots.is_empty());
+    }
+}
