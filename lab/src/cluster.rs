@@ -119,6 +119,36 @@ impl TestCluster {
             .with_context(|| format!("no primary owns slot {slot} of {key}"))
     }
 
+    /// Moves `key`'s slot to the primary on `to`, as `redis-cli --cluster reshard` does: the
+    /// target imports, the source migrates, the slot's keys are `MIGRATE`d in batches, and every
+    /// primary is told the new owner. Clients meet `ASK` and `TRYAGAIN` while it runs and `MOVED`
+    /// after.
+    pub fn migrate_slot_of(&self, key: &str, to: u16) -> anyhow::Result<()> {
+        let from = self.primary_of(key)?;
+        anyhow::ensure!(from != to, "the slot of {key} is already on {to}");
+        let slot: u16 = command_at(from, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))?;
+        let id_of = |port: u16| -> anyhow::Result<String> {
+            let id: String = command_at(port, redis::cmd("CLUSTER").arg("MYID"))?;
+            Ok(id)
+        };
+        let (from_id, to_id) = (id_of(from)?, id_of(to)?);
+        command_at::<()>(to, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&from_id))?;
+        command_at::<()>(from, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&to_id))?;
+        loop {
+            let keys: Vec<String> = command_at(from, redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(100))?;
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = redis::cmd("MIGRATE");
+            migrate.arg("127.0.0.1").arg(to).arg("").arg(0).arg(5000).arg("KEYS").arg(&keys);
+            command_at::<()>(from, &migrate)?;
+        }
+        for port in self.primary_ports()? {
+            command_at::<()>(port, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id))?;
+        }
+        Ok(())
+    }
+
     /// The ports of the replicas of the primary on `port`.
     pub fn replicas_of(&self, port: u16) -> anyhow::Result<Vec<u16>> {
         let nodes = self.cluster_nodes()?;

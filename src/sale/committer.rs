@@ -327,6 +327,7 @@ impl Worker {
                 Ok(values) => values,
                 Err(err) if ran_nothing(&err) => match pauses.next() {
                     Some(pause) => {
+                        tracing::debug!(error = %err, ?pause, "the event's node ran nothing; sending its admits again");
                         tokio::time::sleep(*pause).await;
                         continue;
                     }
