@@ -156,3 +156,29 @@ async fn a_small_fair_start_run_gives_every_seat_once_sqlite() {
 async fn a_small_fair_start_run_gives_every_seat_once_postgres() {
     a_small_fair_start_run_gives_every_seat_once("postgres").await;
 }
+
+/// Three events on a cluster of three primaries the bench starts: each event sells on its own
+/// primary, every event's checks (and the invariants) pass, and each primary reports what it did
+/// for its own event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_cluster_run_books_each_event_on_its_own_primary() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().display().to_string();
+    let argv = ["seatrush-lab", "bench", "cluster-events", "--codes", "300", "--connections", "4", "--duration-s", "2"];
+    let cli = Cli::parse_from(argv.iter().copied().chain(["--out-dir", out.as_str()]));
+    let Command::Bench(args) = cli.command else { unreachable!("parsed a bench command") };
+    let Some(seatrush_lab::bench::args::BenchCommand::ClusterEvents(c)) = args.command else {
+        unreachable!("parsed cluster-events")
+    };
+    let report = seatrush_lab::bench::cluster_events::run(&cli.connections, &c).await.unwrap();
+    assert!(dir.path().join("cluster-events.json").exists());
+    assert_eq!(report.events.len(), 3);
+    assert!(report.events.iter().all(|e| e.checks_passed && e.admitted_per_s > 0.0), "{:?}", report.events);
+    let primaries: std::collections::HashSet<u16> = report.events.iter().map(|e| e.primary).collect();
+    assert_eq!(primaries.len(), 3, "one event a primary: {:?}", report.events);
+    for p in &report.primaries {
+        assert_eq!(p.events, 1, "{p:?}");
+        assert!(p.admitted_per_s > 0.0 && p.commands_per_s > 0.0 && p.cpu_us_per_admission > 0.0, "{p:?}");
+        assert!(p.script_us_per_admission > 0.0 && p.script_us_per_admission < p.cpu_us_per_admission, "{p:?}");
+    }
+}

@@ -26,6 +26,9 @@ pub enum BenchCommand {
     /// The waiting list's cost on the release path: release.lua where nobody waits against one
     /// that hands every freed seat to a waiter, on a Redis of its own; and a waiter's memory
     ReleaseOffer(super::release_offer::ReleaseOfferArgs),
+    /// Several events on a Redis Cluster of the bench's own, one per primary, booked at once;
+    /// per primary its commands per second and its CPU per admission
+    ClusterEvents(Box<super::cluster_events::ClusterEventsArgs>),
 }
 
 /// `bench fair-start`: two self-contained runs of one crowd.

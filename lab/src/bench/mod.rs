@@ -6,6 +6,7 @@
 pub mod args;
 pub mod ceiling;
 pub mod client;
+pub mod cluster_events;
 pub mod driver;
 pub mod fair_start;
 pub mod release_offer;
@@ -35,6 +36,12 @@ pub async fn run(connections: &Connections, args: &BenchArgs) -> anyhow::Result<
         Some(BenchCommand::CompareBackends(c)) => compare_backends(connections, c).await,
         Some(BenchCommand::SqliteFloor(f)) => sqlite_floor::run(f).await,
         Some(BenchCommand::ReleaseOffer(r)) => release_offer::run(r).await,
+        Some(BenchCommand::ClusterEvents(c)) => {
+            let report = cluster_events::run(connections, c).await?;
+            let passed = report.events.iter().all(|e| e.checks_passed);
+            anyhow::ensure!(passed, "an event's checks failed (see {})", c.out_dir.display());
+            Ok(())
+        }
         Some(BenchCommand::FairStart(f)) => {
             let report = fair_start::run(connections, f).await?;
             anyhow::ensure!(report.passed(), "the run's checks failed (see {})", f.out_dir.display());
