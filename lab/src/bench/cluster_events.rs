@@ -207,14 +207,16 @@ pub async fn run(connections: &Connections, args: &ClusterEventsArgs) -> anyhow:
         .iter()
         .zip(before.iter().zip(&after))
         .map(|(port, (b, a))| {
-            let admitted = admitted_on.get(port).copied().unwrap_or(0).max(1) as f64;
+            // A primary without events has no admissions to divide by: its figures stay 0.
+            let admitted = admitted_on.get(port).copied().unwrap_or(0) as f64;
+            let per_admission = |x: f64| if admitted > 0.0 { x / admitted } else { 0.0 };
             PrimaryFigures {
                 port: *port,
                 events: events.iter().filter(|(_, p)| p == port).count(),
-                admitted_per_s: admitted_on.get(port).copied().unwrap_or(0) as f64 / elapsed,
+                admitted_per_s: admitted / elapsed,
                 commands_per_s: a.commands.saturating_sub(b.commands) as f64 / elapsed,
-                cpu_us_per_admission: (a.cpu_s - b.cpu_s) * 1e6 / admitted,
-                script_us_per_admission: a.evalsha_us.saturating_sub(b.evalsha_us) as f64 / admitted,
+                cpu_us_per_admission: per_admission((a.cpu_s - b.cpu_s) * 1e6),
+                script_us_per_admission: per_admission(a.evalsha_us.saturating_sub(b.evalsha_us) as f64),
             }
         })
         .collect();
