@@ -19,6 +19,7 @@ mod layout;
 mod lifecycle;
 mod live_change;
 mod lock_order;
+mod lua_keys;
 mod managed_redis;
 mod moving;
 mod observability;
