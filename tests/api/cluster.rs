@@ -326,3 +326,42 @@ async fn an_events_slot_migrated_while_it_sells_loses_no_seat() {
     sale.drain().await;
     sale.assert_invariants().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_refuses_a_cluster_whose_primaries_disagree_and_says_which() {
+    let cluster = tokio::task::spawn_blocking(|| TestCluster::start(3, 1)).await.unwrap().unwrap();
+    let db = test_db(Backend::Sqlite).await;
+    let store = Store::connect(&db.url).await.unwrap();
+    let id = EventId::parse("c0").unwrap();
+    store.apply_event(&spec(&id)).await.unwrap();
+    let link = RedisLink::new(&cluster.url()).unwrap();
+    let odd = cluster.primary_ports().unwrap()[1];
+    let set = |policy: &str| {
+        seatrush::demo::redis_server::command_at::<()>(
+            odd,
+            redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg(policy),
+        )
+        .unwrap()
+    };
+    set("allkeys-lru");
+    let err = loader::open_event(&mut link.check().await.unwrap(), &store, &id).await.unwrap_err().to_string();
+    assert!(err.contains("disagree") && err.contains(&odd.to_string()), "{err}");
+    // Every primary evicting alike is the evicting refusal, not a disagreement.
+    for port in cluster.primary_ports().unwrap() {
+        seatrush::demo::redis_server::command_at::<()>(
+            port,
+            redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru"),
+        )
+        .unwrap();
+    }
+    let err = loader::open_event(&mut link.check().await.unwrap(), &store, &id).await.unwrap_err().to_string();
+    assert!(err.contains("noeviction") && !err.contains("disagree"), "{err}");
+    for port in cluster.primary_ports().unwrap() {
+        seatrush::demo::redis_server::command_at::<()>(
+            port,
+            redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("noeviction"),
+        )
+        .unwrap();
+    }
+    loader::open_event(&mut link.check().await.unwrap(), &store, &id).await.unwrap();
+}
