@@ -3,7 +3,7 @@
 //! process id when dropped. For the cluster tests (docs/design.md#many-events-on-a-redis-cluster).
 
 use anyhow::{bail, Context};
-use seatrush::demo::redis_server::{command_at, RedisOptions, RedisServer};
+use seatrush::demo::redis_server::{RedisOptions, RedisServer, RedisTls};
 use seatrush::redis_io::conn::ClusterNode;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,31 +18,44 @@ pub struct TestCluster {
     pub nodes: Vec<RedisServer>,
     /// Ports of the nodes [`TestCluster::kill`] stopped.
     dead: Vec<u16>,
+    /// Set for a TLS-only cluster (`tls-cluster yes`, `tls-replication yes`).
+    tls: Option<RedisTls>,
 }
 
 impl TestCluster {
     /// `primaries` primaries with `replicas` replicas each, every slot covered, every replica in
     /// sync, and `min-replicas-to-write 1` on every node.
     pub fn start(primaries: usize, replicas: usize) -> anyhow::Result<Self> {
+        Self::start_with(primaries, replicas, None)
+    }
+
+    /// [`TestCluster::start`]; with `tls`, every node takes TLS only, the cluster bus and
+    /// replication included.
+    pub fn start_with(primaries: usize, replicas: usize, tls: Option<RedisTls>) -> anyhow::Result<Self> {
         anyhow::ensure!(primaries >= 3, "redis-cli --cluster create needs at least three primaries");
-        let options = RedisOptions {
-            extra: vec![
-                ("cluster-enabled".into(), "yes".into()),
-                ("cluster-config-file".into(), "nodes.conf".into()),
-                ("cluster-node-timeout".into(), NODE_TIMEOUT_MS.to_string()),
-                // A replica takes over however long its link was down: the tests kill primaries.
-                ("cluster-replica-validity-factor".into(), "0".into()),
-                ("appendonly".into(), "yes".into()),
-            ],
-            ..RedisOptions::default()
-        };
+        let mut extra: Vec<(String, String)> = vec![
+            ("cluster-enabled".into(), "yes".into()),
+            ("cluster-config-file".into(), "nodes.conf".into()),
+            ("cluster-node-timeout".into(), NODE_TIMEOUT_MS.to_string()),
+            // A replica takes over however long its link was down: the tests kill primaries.
+            ("cluster-replica-validity-factor".into(), "0".into()),
+            ("appendonly".into(), "yes".into()),
+        ];
+        if tls.is_some() {
+            extra.push(("tls-cluster".into(), "yes".into()));
+        }
+        let options = RedisOptions { extra, tls: tls.clone(), ..RedisOptions::default() };
         let mut nodes = Vec::new();
         for _ in 0..primaries * (1 + replicas) {
             nodes.push(RedisServer::start(&options)?);
         }
+        let cluster = Self { nodes, dead: Vec::new(), tls };
         let mut create = Command::new("redis-cli");
+        if let Some(tls) = &cluster.tls {
+            create.arg("--tls").arg("--cacert").arg(&tls.ca_file);
+        }
         create.arg("--cluster").arg("create");
-        for node in &nodes {
+        for node in &cluster.nodes {
             create.arg(format!("127.0.0.1:{}", node.port));
         }
         create.arg("--cluster-replicas").arg(replicas.to_string()).arg("--cluster-yes");
@@ -50,19 +63,29 @@ impl TestCluster {
         if !out.status.success() {
             bail!("redis-cli --cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
         }
-        let cluster = Self { nodes, dead: Vec::new() };
         cluster.wait_settled(primaries, primaries * replicas)?;
         // On every node, so that a replica promoted later guards its writes as its primary did.
         for node in &cluster.nodes {
-            command_at::<()>(node.port, redis::cmd("CONFIG").arg("SET").arg("min-replicas-to-write").arg(1))?;
+            node.command::<()>(redis::cmd("CONFIG").arg("SET").arg("min-replicas-to-write").arg(1))?;
         }
         Ok(cluster)
+    }
+
+    /// A synchronous command to the node on `port`, over TLS for a TLS cluster.
+    pub fn command<T: redis::FromRedisValue>(&self, port: u16, cmd: &redis::Cmd) -> anyhow::Result<T> {
+        self.node(port).command(cmd)
+    }
+
+    /// The CA that signed a TLS cluster's certificates.
+    pub fn ca_file(&self) -> Option<&std::path::Path> {
+        self.tls.as_ref().map(|t| t.ca_file.as_path())
     }
 
     /// The URL seatrush takes: every node a seed.
     pub fn url(&self) -> String {
         let seeds: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
-        format!("redis+cluster://{}", seeds.join(","))
+        let scheme = if self.tls.is_some() { "rediss+cluster" } else { "redis+cluster" };
+        format!("{scheme}://{}", seeds.join(","))
     }
 
     /// Waits until every live node says the cluster is ok, sees `primaries` primaries and
@@ -81,7 +104,7 @@ impl TestCluster {
 
     fn settled(&self, primaries: usize, replicas: usize) -> anyhow::Result<bool> {
         for port in self.live_ports() {
-            let info: String = command_at(port, redis::cmd("CLUSTER").arg("INFO"))?;
+            let info: String = self.command(port, redis::cmd("CLUSTER").arg("INFO"))?;
             if !info.contains("cluster_state:ok") {
                 return Ok(false);
             }
@@ -94,7 +117,7 @@ impl TestCluster {
             return Ok(false);
         }
         for node in nodes.iter().filter(live).filter(|n| !n.primary) {
-            let info: String = command_at(node.port, redis::cmd("INFO").arg("replication"))?;
+            let info: String = self.command(node.port, redis::cmd("INFO").arg("replication"))?;
             if !info.contains("master_link_status:up") {
                 return Ok(false);
             }
@@ -110,7 +133,7 @@ impl TestCluster {
     /// The port of the primary that owns `key`'s slot now.
     pub fn primary_of(&self, key: &str) -> anyhow::Result<u16> {
         let port = self.any_live_port()?;
-        let slot: u16 = command_at(port, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))?;
+        let slot: u16 = self.command(port, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))?;
         let nodes = self.cluster_nodes()?;
         nodes
             .iter()
@@ -126,25 +149,26 @@ impl TestCluster {
     pub fn migrate_slot_of(&self, key: &str, to: u16) -> anyhow::Result<()> {
         let from = self.primary_of(key)?;
         anyhow::ensure!(from != to, "the slot of {key} is already on {to}");
-        let slot: u16 = command_at(from, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))?;
+        let slot: u16 = self.command(from, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))?;
         let id_of = |port: u16| -> anyhow::Result<String> {
-            let id: String = command_at(port, redis::cmd("CLUSTER").arg("MYID"))?;
+            let id: String = self.command(port, redis::cmd("CLUSTER").arg("MYID"))?;
             Ok(id)
         };
         let (from_id, to_id) = (id_of(from)?, id_of(to)?);
-        command_at::<()>(to, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&from_id))?;
-        command_at::<()>(from, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&to_id))?;
+        self.command::<()>(to, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&from_id))?;
+        self.command::<()>(from, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&to_id))?;
         loop {
-            let keys: Vec<String> = command_at(from, redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(100))?;
+            let keys: Vec<String> =
+                self.command(from, redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(100))?;
             if keys.is_empty() {
                 break;
             }
             let mut migrate = redis::cmd("MIGRATE");
             migrate.arg("127.0.0.1").arg(to).arg("").arg(0).arg(5000).arg("KEYS").arg(&keys);
-            command_at::<()>(from, &migrate)?;
+            self.command::<()>(from, &migrate)?;
         }
         for port in self.primary_ports()? {
-            command_at::<()>(port, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id))?;
+            self.command::<()>(port, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id))?;
         }
         Ok(())
     }
@@ -188,13 +212,13 @@ impl TestCluster {
     }
 
     fn cluster_nodes(&self) -> anyhow::Result<Vec<ClusterNode>> {
-        let text: String = command_at(self.any_live_port()?, redis::cmd("CLUSTER").arg("NODES"))?;
+        let text: String = self.command(self.any_live_port()?, redis::cmd("CLUSTER").arg("NODES"))?;
         Ok(ClusterNode::parse_all(&text))
     }
 
     fn describe(&self) -> String {
         self.any_live_port()
-            .and_then(|p| command_at::<String>(p, redis::cmd("CLUSTER").arg("NODES")))
+            .and_then(|p| self.command::<String>(p, redis::cmd("CLUSTER").arg("NODES")))
             .unwrap_or_else(|e| format!("({e})"))
     }
 }

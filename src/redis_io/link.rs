@@ -51,7 +51,9 @@ pub enum LinkError {
          put the server's password in the URL (redis://user:password@host:port) and unset it"
     )]
     SentinelAuthWithoutSentinel(String),
-    #[error("--redis-ca-file is set but the redis URL {0:?} is not TLS: use rediss:// (or rediss+sentinel://)")]
+    #[error(
+        "--redis-ca-file is set but the redis URL {0:?} is not TLS: use rediss:// (or rediss+sentinel://, rediss+cluster://)"
+    )]
     CaWithoutTls(String),
     #[error("cannot read the Redis CA file {path:?}: {source}")]
     CaFile { path: PathBuf, source: std::io::Error },
@@ -66,7 +68,7 @@ pub enum LinkError {
 /// Shown after a failed plain connection: a TLS-only server closes the connection on the first
 /// plaintext byte, so this is what a forgotten `rediss://` looks like.
 const HINT_PLAIN: &str = ". If the server accepts only TLS connections (port 0, tls-port set), \
-     use a rediss:// URL (rediss+sentinel:// for Sentinel) and --redis-ca-file with the CA that signed its certificate";
+     use a rediss:// URL (rediss+sentinel:// for Sentinel, rediss+cluster:// for a cluster) and --redis-ca-file with the CA that signed its certificate";
 /// Shown after an authentication failure through Sentinel, where two credentials are in play.
 const HINT_SENTINEL_AUTH: &str = ". Through Sentinel, the user:password@ in the URL is the data nodes' (requirepass or an \
      ACL user of the primary and replicas); the Sentinels' own is SEATRUSH_SENTINEL_PASSWORD (and SEATRUSH_SENTINEL_USERNAME \

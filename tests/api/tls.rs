@@ -436,3 +436,45 @@ async fn tls_a_postgres_password_in_the_url_is_in_no_error_message_and_no_log_li
     assert!(output.contains("password authentication failed"), "{output}");
     assert!(!output.contains(SECRET), "{output}");
 }
+
+/// A Redis Cluster that takes TLS only (`tls-cluster yes`, `tls-replication yes`): `serve` books
+/// through `rediss+cluster://` with the CA file, each admission reaches the event's replica, and
+/// `redis+cluster://` against it fails at start with the hint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_a_booking_is_admitted_through_rediss_cluster_and_a_plain_cluster_url_is_refused() {
+    let certificates = Certificates::make();
+    let tls = certificates.redis();
+    let cluster = tokio::task::spawn_blocking(move || seatrush_lab::cluster::TestCluster::start_with(3, 1, Some(tls)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(cluster.url().starts_with("rediss+cluster://"));
+    let db = TestDb::sqlite("tls.db").unwrap();
+    let codes = seed(&db.url).await;
+    let connections = Connections {
+        redis_url: cluster.url(),
+        redis_ca_file: cluster.ca_file().map(Path::to_owned),
+        database_url: db.url.clone(),
+    };
+    let (url, _stop) = serve(&connections).await.unwrap();
+    let (status, body) = book(&url, &codes[0]).await;
+    assert_eq!(status, 201, "{body}");
+    let keys = EventKeys::new(&spec(&AppOptions::default()).id);
+    let primary = cluster.primary_of(&keys.meta).unwrap();
+    let replica = cluster.replicas_of(primary).unwrap()[0];
+    // A replica answers key reads with MOVED; its replication offset says it holds what the
+    // primary wrote, the admission included, over TLS replication.
+    let offset = |port: u16, field: &str| -> i64 {
+        let info: String = cluster.command(port, redis::cmd("INFO").arg("replication")).unwrap();
+        info.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().parse().ok()).unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while offset(replica, "slave_repl_offset:") != offset(primary, "master_repl_offset:") {
+        assert!(Instant::now() < deadline, "the event's replica caught up with its primary over TLS");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let plain = cluster.url().replacen("rediss+cluster://", "redis+cluster://", 1);
+    let err = RedisLink::new(&plain).unwrap().check().await.map(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("rediss+cluster://"), "a plain cluster URL against TLS-only nodes says to use TLS: {err}");
+}
