@@ -225,6 +225,18 @@ async fn events_on_three_primaries_each_sell_every_seat_once() {
     }
     sale.drain().await;
     sale.assert_invariants().await;
+    // The operator's commands run on the cluster too: reconcile finds no drift (and a repair has
+    // nothing to do), and close closes each event on its own primary.
+    for (event, _) in &sale.events {
+        let link = sale.sale.link();
+        let drift = seatrush::ops::reconcile::reconcile(link, &sale.store, event, false).await.unwrap();
+        assert!(drift.is_empty(), "{event}: {drift:?}");
+        assert!(seatrush::ops::reconcile::reconcile(link, &sale.store, event, true).await.unwrap().is_empty());
+        let closed = loader::close_event(&mut link.check().await.unwrap(), &sale.store, event).await.unwrap();
+        assert!(matches!(closed, loader::CloseOutcome::Closed), "{event}");
+        let (status, _) = sale.book(event, &sale.codes[0], &nonce("after-close")).await;
+        assert_eq!(status, 403, "{event}: closed");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
