@@ -131,66 +131,25 @@ impl AtNode {
     }
 }
 
-/// The cluster's primaries that serve slots and are not failed, from `CLUSTER NODES`. A primary
-/// without slots holds no event.
+/// The cluster's primaries that serve slots, from `CLUSTER SLOTS` (which the crate itself needs,
+/// so a managed cluster that allows the sale allows it; `CLUSTER NODES` may be refused). A
+/// primary without slots holds no event.
 pub async fn primaries(conn: &ClusterConnection) -> RedisResult<Vec<AtNode>> {
     let mut conn = conn.clone();
-    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await?;
-    let primaries = ClusterNode::parse_all(&nodes).into_iter().filter(|n| n.primary && !n.failed);
-    Ok(primaries
-        .filter_map(|n| {
-            let slot = n.slots.first()?.0;
-            Some(AtNode { conn: conn.clone(), address: format!("{}:{}", n.host, n.port), slot })
-        })
-        .collect())
-}
-
-/// One line of `CLUSTER NODES`: `id host:port@bus[,hostname] flags primary-id … slot-ranges`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClusterNode {
-    pub id: String,
-    pub host: String,
-    pub port: u16,
-    pub primary: bool,
-    /// Flagged `fail` or `fail?` by the node that answered.
-    pub failed: bool,
-    /// A replica's primary.
-    pub primary_id: Option<String>,
-    /// The slot ranges a primary serves, inclusive.
-    pub slots: Vec<(u16, u16)>,
-}
-
-impl ClusterNode {
-    /// Every well-formed line of a `CLUSTER NODES` reply.
-    pub fn parse_all(text: &str) -> Vec<Self> {
-        text.lines().filter_map(Self::parse).collect()
+    let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await?;
+    let mut found: Vec<AtNode> = Vec::new();
+    for range in ranges {
+        // [start, end, [host, port, id, …], replicas…]
+        let Value::Array(fields) = range else { continue };
+        let (Some(Value::Int(start)), Some(Value::Array(primary))) = (fields.first(), fields.get(2)) else { continue };
+        let (Some(host), Some(Value::Int(port))) = (primary.first(), primary.get(1)) else { continue };
+        let host: String = redis::from_redis_value(host.clone()).map_err(redis::RedisError::from)?;
+        let address = format!("{host}:{port}");
+        if !found.iter().any(|n| n.address == address) {
+            found.push(AtNode { conn: conn.clone(), address, slot: *start as u16 });
+        }
     }
-
-    fn parse(line: &str) -> Option<Self> {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let address = fields.get(1)?.split(['@', ',']).next()?;
-        let (host, port) = address.rsplit_once(':')?;
-        let flags: Vec<&str> = fields.get(2)?.split(',').collect();
-        let slots = fields
-            .iter()
-            .skip(8)
-            // `[slot->-node]` marks a slot being migrated or imported, not one served.
-            .filter(|s| !s.starts_with('['))
-            .filter_map(|s| match s.split_once('-') {
-                Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
-                None => s.parse().ok().map(|a| (a, a)),
-            })
-            .collect();
-        Some(Self {
-            id: (*fields.first()?).to_owned(),
-            host: host.to_owned(),
-            port: port.parse().ok()?,
-            primary: flags.contains(&"master"),
-            failed: flags.iter().any(|f| f.starts_with("fail")),
-            primary_id: fields.get(3).filter(|id| **id != "-").map(|id| (*id).to_owned()),
-            slots,
-        })
-    }
+    Ok(found)
 }
 
 impl ConnectionLike for AtNode {
@@ -211,26 +170,5 @@ impl ConnectionLike for AtNode {
 
     fn get_db(&self) -> i64 {
         0
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cluster_nodes_lines_name_primaries_replicas_and_slots() {
-        let text = "\
-07c3 127.0.0.1:30004@40004 slave e7d1 0 1426238317239 4 connected
-e7d1 127.0.0.1:30001@40001,node-1 myself,master - 0 0 1 connected 0-5460 7000 [5461->-292f]
-292f 127.0.0.1:30002@40002 master,fail - 1426238316232 1426238314227 2 disconnected
-bad line";
-        let nodes = ClusterNode::parse_all(text);
-        assert_eq!(nodes.len(), 3, "{nodes:?}");
-        assert_eq!((nodes[0].primary, nodes[0].primary_id.as_deref(), nodes[0].port), (false, Some("e7d1"), 30004));
-        assert_eq!(nodes[1].host, "127.0.0.1");
-        assert_eq!(nodes[1].slots, vec![(0, 5460), (7000, 7000)], "a migrating slot is not served");
-        assert!(nodes[1].primary && !nodes[1].failed);
-        assert!(nodes[2].primary && nodes[2].failed && nodes[2].slots.is_empty());
     }
 }

@@ -173,7 +173,9 @@ async fn a_short_cluster_run_books_each_event_on_its_own_primary() {
     let report = seatrush_lab::bench::cluster_events::run(&cli.connections, &c).await.unwrap();
     assert!(dir.path().join("cluster-events.json").exists());
     assert_eq!(report.events.len(), 3);
-    assert!(report.events.iter().all(|e| e.checks_passed && e.admitted_per_s > 0.0), "{:?}", report.events);
+    // The invariants, not the load's checks: with other tests' clusters on the same cores a
+    // booking may be told `503 retry` (a WAIT past its 200 ms), which the load tool counts.
+    assert!(report.events.iter().all(|e| e.invariants_hold && e.admitted_per_s > 0.0), "{:?}", report.events);
     let primaries: std::collections::HashSet<u16> = report.events.iter().map(|e| e.primary).collect();
     assert_eq!(primaries.len(), 3, "one event a primary: {:?}", report.events);
     for p in &report.primaries {

@@ -377,3 +377,27 @@ async fn open_refuses_a_cluster_whose_primaries_disagree_and_says_which() {
     }
     loader::open_event(&mut link.check().await.unwrap(), &store, &id).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_reads_every_primary_as_a_user_refused_cluster_nodes() {
+    let cluster = tokio::task::spawn_blocking(|| TestCluster::start(3, 1)).await.unwrap().unwrap();
+    // A managed cluster's application user: everything but CLUSTER NODES (CLUSTER SLOTS, which
+    // the crate needs too, stays allowed).
+    for node in &cluster.nodes {
+        let mut user = redis::cmd("ACL");
+        user.arg("SETUSER").arg("app").arg("on").arg(">app-password").arg("~*").arg("&*").arg("+@all");
+        user.arg("-cluster|nodes");
+        cluster.command::<()>(node.port, &user).unwrap();
+    }
+    let url = cluster.url().replacen("redis+cluster://", "redis+cluster://app:app-password@", 1);
+    let link = RedisLink::new(&url).unwrap();
+    let mut conn = link.check().await.unwrap();
+    let refused = redis::cmd("CLUSTER").arg("NODES").query_async::<String>(&mut conn).await.unwrap_err();
+    assert!(refused.to_string().contains("no permissions"), "{refused}");
+    let db = test_db(Backend::Sqlite).await;
+    let store = Store::connect(&db.url).await.unwrap();
+    let id = EventId::parse("c0").unwrap();
+    store.apply_event(&spec(&id)).await.unwrap();
+    let report = loader::open_event(&mut conn, &store, &id).await.unwrap();
+    assert_eq!(report.free_seats, SEATS);
+}
