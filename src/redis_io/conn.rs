@@ -35,31 +35,28 @@ impl RedisConn {
     pub async fn wait_for(&mut self, key: &str, replicas: u32, timeout: Duration) -> RedisResult<i64> {
         let mut wait = redis::cmd("WAIT");
         wait.arg(replicas).arg(timeout.as_millis() as u64);
-        match self {
-            Self::Node(conn) => wait.query_async(conn).await,
-            Self::Cluster(conn) => {
-                let route = Route::with_key(key, SlotAddr::Master);
-                let reply =
-                    conn.route_command(wait, RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)));
-                redis::from_redis_value(reply.await?).map_err(redis::RedisError::from)
-            }
-        }
+        self.query_at(key, wait).await
     }
 
     /// Redis's clock in milliseconds, read at the node that holds `key`: the clock that stamped
     /// the event's admissions (each node's own on a cluster).
     pub async fn now_ms(&mut self, key: &str) -> RedisResult<i64> {
-        let time = redis::cmd("TIME");
-        let (secs, micros): (i64, i64) = match self {
-            Self::Node(conn) => time.query_async(conn).await?,
+        let (secs, micros): (i64, i64) = self.query_at(key, redis::cmd("TIME")).await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    /// A command without keys, sent to the node that holds `key`: on a cluster the crate would
+    /// send it to a node of its own choosing (every primary, for `WAIT`).
+    async fn query_at<T: redis::FromRedisValue>(&mut self, key: &str, cmd: Cmd) -> RedisResult<T> {
+        match self {
+            Self::Node(conn) => cmd.query_async(conn).await,
             Self::Cluster(conn) => {
                 let route = Route::with_key(key, SlotAddr::Master);
                 let reply =
-                    conn.route_command(time, RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)));
-                redis::from_redis_value(reply.await?).map_err(redis::RedisError::from)?
+                    conn.route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)));
+                redis::from_redis_value(reply.await?).map_err(redis::RedisError::from)
             }
-        };
-        Ok(secs * 1000 + micros / 1000)
+        }
     }
 
     /// [`RedisConn::wait_for`] covering several events' writes: the fewest replicas any of their
