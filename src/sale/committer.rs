@@ -222,7 +222,7 @@ impl Worker {
         // after this round's WAIT. The WAIT must run on the connection that wrote the round's
         // admissions: on a fresh one, which wrote nothing, it returns at once and the admissions
         // of another event in the round would count as acknowledged (issue 29 item 6).
-        let reconnect = replies.iter().any(|r| matches!(r, Err(e) if needs_reconnect(e) || is_no_replicas(e)));
+        let reconnect = replies.iter().any(drops_connection);
         self.crash.maybe(CrashPoint::AfterAdmit);
         let admitted = replies.iter().any(|r| matches!(r, Ok(AdmitReply::Admitted { .. })));
         let waited = piggybacked.is_some() || admitted;
@@ -289,7 +289,7 @@ impl Worker {
                         );
                     }
                     for (&i, reply) in group.iter().zip(replies) {
-                        reconnect |= matches!(&reply, Err(e) if needs_reconnect(e) || is_no_replicas(e));
+                        reconnect |= drops_connection(&reply);
                         results[i] = Some(committed(calls[i], reply, &acked));
                     }
                 }
@@ -335,15 +335,10 @@ impl Worker {
                 },
                 Err(err) => return Err(err),
             };
-            let acked = if waits {
-                let reply = values.pop().ok_or_else(|| RedisError::from((redis::ErrorKind::Parse, "no WAIT reply")));
-                reply
-                    .and_then(|v| v.extract_error())
-                    .and_then(|v| redis::from_redis_value::<i64>(v).map_err(RedisError::from))
-            } else {
-                Ok(0)
-            }
-            .map(|n| !waits || n >= i64::from(self.policy.replicas));
+            let acked = match waits {
+                true => pop_wait_reply(&mut values).map(|n| n >= i64::from(self.policy.replicas)),
+                false => Ok(true),
+            };
             let value = values.pop().ok_or_else(|| RedisError::from((redis::ErrorKind::Parse, "no admit reply")))?;
             let replies: Vec<Result<AdmitReply, RedisError>> =
                 admit_replies(value, group.len()).into_iter().map(decode_attempt).collect();
@@ -450,12 +445,7 @@ impl Worker {
             pipe.add_command(self.wait_cmd());
         }
         let mut values: Vec<Value> = pipe.query_async(self.connection().await?).await?;
-        let waited = wait.then(|| match values.pop() {
-            Some(value) => {
-                value.extract_error().and_then(|v| redis::from_redis_value::<i64>(v).map_err(RedisError::from))
-            }
-            None => Err(RedisError::from((redis::ErrorKind::Parse, "pipeline lost its WAIT reply"))),
-        });
+        let waited = wait.then(|| pop_wait_reply(&mut values));
         let mut replies: Vec<Option<Result<Value, ReplyError>>> = vec![None; calls.len()];
         for (group, value) in groups.iter().zip(values) {
             for (&i, reply) in group.iter().zip(admit_replies(value, group.len())) {
@@ -481,6 +471,20 @@ const CLUSTER_RESEND_PAUSES: [Duration; 5] = [
 fn ran_nothing(err: &RedisError) -> bool {
     use redis::ServerErrorKind::{Ask, ClusterDown, Moved, TryAgain};
     matches!(err.kind(), redis::ErrorKind::Server(Moved | Ask | TryAgain | ClusterDown))
+}
+
+/// The `WAIT` reply a pipeline ends with, taken off its replies.
+fn pop_wait_reply(values: &mut Vec<Value>) -> Result<i64, RedisError> {
+    match values.pop() {
+        Some(value) => value.extract_error().and_then(|v| redis::from_redis_value::<i64>(v).map_err(RedisError::from)),
+        None => Err(RedisError::from((redis::ErrorKind::Parse, "pipeline lost its WAIT reply"))),
+    }
+}
+
+/// A script reply from a demoted or cut-off primary (`READONLY`, `NOREPLICAS`, `MASTERDOWN`, a
+/// broken link): the committer's connection goes after the round, so the next finds the primary.
+fn drops_connection(reply: &Result<AdmitReply, RedisError>) -> bool {
+    matches!(reply, Err(e) if needs_reconnect(e) || is_no_replicas(e))
 }
 
 /// What one admit's reply and its round's acknowledgement make of it.
