@@ -278,15 +278,12 @@ fn sentinel_client(
 ) -> Option<SentinelClient> {
     let (authority, master) = rest.split_once('/')?;
     let master = master.trim_end_matches('/');
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => (Some(userinfo), hosts),
-        None => (None, authority),
-    };
-    if hosts.is_empty() || master.is_empty() || hosts.split(',').any(str::is_empty) {
+    let (userinfo, hosts) = seed_hosts(authority)?;
+    if master.is_empty() {
         return None;
     }
     let mut addrs = Vec::new();
-    for host in hosts.split(',') {
+    for host in hosts {
         addrs.push(format!("{scheme}://{host}").into_connection_info().ok()?.addr().clone());
     }
     let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master).ok()?;
@@ -318,20 +315,28 @@ fn sentinel_client(
     builder.build().ok()
 }
 
+/// `[user:password@]h1:p1,h2:p2` of a Sentinel or cluster URL: the credentials (once, before the
+/// hosts) and every host. None when a host is empty.
+fn seed_hosts(authority: &str) -> Option<(Option<&str>, Vec<&str>)> {
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (Some(userinfo), hosts),
+        None => (None, authority),
+    };
+    let hosts: Vec<&str> = hosts.split(',').collect();
+    (!hosts.iter().any(|h| h.is_empty())).then_some((userinfo, hosts))
+}
+
 /// A cluster client from the part of a `redis+cluster://` (or `rediss+cluster://`) URL after the
 /// scheme: `[user:password@]h1:p1,h2:p2`, the seed nodes; the credentials are every node's. None
 /// for a malformed URL.
 fn cluster_client(scheme: &str, rest: &str, certificates: Option<TlsCertificates>) -> Option<ClusterClient> {
-    let rest = rest.trim_end_matches('/');
-    let (userinfo, hosts) = match rest.rsplit_once('@') {
-        Some((userinfo, hosts)) => (Some(userinfo), hosts),
-        None => (None, rest),
-    };
-    if hosts.is_empty() || hosts.contains('/') || hosts.split(',').any(str::is_empty) {
+    let authority = rest.trim_end_matches('/');
+    if authority.contains('/') {
         return None;
     }
+    let (userinfo, hosts) = seed_hosts(authority)?;
     let mut nodes = Vec::new();
-    for host in hosts.split(',') {
+    for host in hosts {
         let node = match userinfo {
             Some(userinfo) => format!("{scheme}://{userinfo}@{host}"),
             None => format!("{scheme}://{host}"),
