@@ -5,6 +5,7 @@
 mod actors;
 mod arbiter;
 mod checks;
+mod cluster;
 mod draw;
 mod heal;
 mod heal_checks;

@@ -66,7 +66,7 @@ pub enum Write {
 }
 
 /// admit.lua's reply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum AdmitReply {
     /// A new admission, or a retry's original one: `{slot, admitted-ms, admission-id, level}`.
     Admitted(Record),
