@@ -1,24 +1,38 @@
 //! A Redis Cluster of the run's own: primaries and replicas started as `redis-server
 //! --cluster-enabled yes` on free ports, joined by `redis-cli --cluster create`, and stopped by
-//! process id when dropped. For the cluster tests (docs/design.md#many-events-on-a-redis-cluster).
+//! process id when dropped. For the cluster tests (docs/design.md#many-events-on-a-redis-cluster)
+//! and the fault runner's cluster topology.
 
 use anyhow::{bail, Context};
-use seatrush::demo::redis_server::{RedisOptions, RedisServer, RedisTls};
+use seatrush::demo::redis_server::{free_port, RedisOptions, RedisServer, RedisTls};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long the cluster may take to agree after `create`, and a failover to finish.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A node silent this long is failed over (Redis's own default is 15 s).
 pub const NODE_TIMEOUT_MS: u64 = 2000;
+/// How long a migration may wait for a `MIGRATE` the target refuses for a while (OOM) and for
+/// the target's replicas to hold what the `MIGRATE`s wrote.
+const MIGRATE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct TestCluster {
     /// Every node, in the order `create` was given them: the primaries first.
     pub nodes: Vec<RedisServer>,
     /// Ports of the nodes [`TestCluster::kill`] stopped.
     dead: Vec<u16>,
+    /// Ports of the nodes [`TestCluster::pause`] stopped: asked nothing until resumed, since a
+    /// stopped node answers no command until the command's timeout.
+    paused: Mutex<Vec<u16>>,
     /// Set for a TLS-only cluster (`tls-cluster yes`, `tls-replication yes`).
     tls: Option<RedisTls>,
+    /// What every node was started with, for [`TestCluster::restart`].
+    options: RedisOptions,
+    /// Each node's data directory (its `nodes.conf` and AOF), kept apart from the process's own
+    /// temporary directory so that a restarted node comes back as the same cluster node.
+    data: tempfile::TempDir,
 }
 
 impl TestCluster {
@@ -44,11 +58,12 @@ impl TestCluster {
             extra.push(("tls-cluster".into(), "yes".into()));
         }
         let options = RedisOptions { extra, tls: tls.clone(), ..RedisOptions::default() };
+        let data = tempfile::Builder::new().prefix("seatrush-cluster-").tempdir()?;
         let mut nodes = Vec::new();
         for _ in 0..primaries * (1 + replicas) {
-            nodes.push(RedisServer::start(&options)?);
+            nodes.push(start_node(&options, data.path(), free_port()?)?);
         }
-        let cluster = Self { nodes, dead: Vec::new(), tls };
+        let cluster = Self { nodes, dead: Vec::new(), paused: Mutex::new(Vec::new()), tls, options, data };
         let mut create = Command::new("redis-cli");
         if let Some(tls) = &cluster.tls {
             create.arg("--tls").arg("--cacert").arg(&tls.ca_file);
@@ -67,7 +82,60 @@ impl TestCluster {
         for node in &cluster.nodes {
             node.command::<()>(redis::cmd("CONFIG").arg("SET").arg("min-replicas-to-write").arg(1))?;
         }
+        let mut cluster = cluster;
+        cluster.options.extra.push(("min-replicas-to-write".into(), "1".into()));
         Ok(cluster)
+    }
+
+    /// `min-replicas-to-write` on every node, and on every node [`TestCluster::restart`] starts.
+    pub fn require_min_replicas(&mut self, n: u32) -> anyhow::Result<()> {
+        self.config_set_everywhere("min-replicas-to-write", &n.to_string())?;
+        self.options.extra.retain(|(name, _)| name != "min-replicas-to-write");
+        self.options.extra.push(("min-replicas-to-write".into(), n.to_string()));
+        Ok(())
+    }
+
+    /// Starts the node [`TestCluster::kill`] killed again, on its port and from its data
+    /// directory: it knows the cluster from its `nodes.conf`, and a primary that lost its slots
+    /// to a failover meanwhile learns so from the others and follows their new owner as a
+    /// replica (Redis keeps a restarted primary from taking writes until then).
+    pub fn restart(&mut self, port: u16) -> anyhow::Result<()> {
+        anyhow::ensure!(self.dead.contains(&port), "the node on {port} is not dead");
+        let node = start_node(&self.options, self.data.path(), port)?;
+        let i = self.nodes.iter().position(|n| n.port == port).context("a node of this cluster")?;
+        self.nodes[i] = node;
+        self.dead.retain(|p| *p != port);
+        Ok(())
+    }
+
+    /// SIGSTOP to the node on `port` (a stalled replica); the cluster asks it nothing until
+    /// [`TestCluster::resume_all`].
+    pub fn pause(&self, port: u16) {
+        if self.live_ports().contains(&port) {
+            self.node(port).pause();
+            self.paused.lock().expect("paused lock").push(port);
+        }
+    }
+
+    /// SIGCONT to every live node (harmless to one that runs).
+    pub fn resume_all(&self) {
+        let mut paused = self.paused.lock().expect("paused lock");
+        for node in self.nodes.iter().filter(|n| !self.dead.contains(&n.port)) {
+            node.resume();
+        }
+        paused.clear();
+    }
+
+    /// `CONFIG SET name value` on every node that answers, still trying the rest after one that
+    /// does not; the first failure is returned.
+    pub fn config_set_everywhere(&self, name: &str, value: &str) -> anyhow::Result<()> {
+        let mut done = Ok(());
+        for port in self.live_ports() {
+            if let Err(e) = self.command::<()>(port, redis::cmd("CONFIG").arg("SET").arg(name).arg(value)) {
+                done = done.and(Err(e));
+            }
+        }
+        done
     }
 
     /// A synchronous command to the node on `port`, over TLS for a TLS cluster.
@@ -101,7 +169,8 @@ impl TestCluster {
         }
     }
 
-    fn settled(&self, primaries: usize, replicas: usize) -> anyhow::Result<bool> {
+    /// One look at what [`TestCluster::wait_settled`] waits for.
+    pub fn settled(&self, primaries: usize, replicas: usize) -> anyhow::Result<bool> {
         for port in self.live_ports() {
             let info: String = self.command(port, redis::cmd("CLUSTER").arg("INFO"))?;
             if !info.contains("cluster_state:ok") {
@@ -145,6 +214,15 @@ impl TestCluster {
     /// target imports, the source migrates, the slot's keys are `MIGRATE`d in batches, and every
     /// primary is told the new owner. Clients meet `ASK` and `TRYAGAIN` while it runs and `MOVED`
     /// after.
+    ///
+    /// Before the hand-over it waits until every online replica of the target holds all the
+    /// `MIGRATE`s wrote (its acknowledged offset reaches the target's offset after the last one):
+    /// the source deleted those keys already, and a failover of the target just after the
+    /// hand-over would otherwise promote a replica without them, losing admissions that were
+    /// acknowledged on the source. Replicas acknowledge about once a second, so this wait takes
+    /// up to a second. A `MIGRATE` the target refuses for a while (OOM) is sent again;
+    /// either wait is bounded by [`MIGRATE_TIMEOUT`], then an error, with the slot still the
+    /// source's.
     pub fn migrate_slot_of(&self, key: &str, to: u16) -> anyhow::Result<()> {
         let from = self.primary_of(key)?;
         anyhow::ensure!(from != to, "the slot of {key} is already on {to}");
@@ -156,6 +234,7 @@ impl TestCluster {
         let (from_id, to_id) = (id_of(from)?, id_of(to)?);
         self.command::<()>(to, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&from_id))?;
         self.command::<()>(from, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&to_id))?;
+        let deadline = Instant::now() + MIGRATE_TIMEOUT;
         loop {
             let keys: Vec<String> =
                 self.command(from, redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(100))?;
@@ -164,12 +243,38 @@ impl TestCluster {
             }
             let mut migrate = redis::cmd("MIGRATE");
             migrate.arg("127.0.0.1").arg(to).arg("").arg(0).arg(5000).arg("KEYS").arg(&keys);
-            self.command::<()>(from, &migrate)?;
+            match self.command::<()>(from, &migrate) {
+                Ok(()) => {}
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!(error = %e, slot, from, to, "MIGRATE refused; sent again");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(e.context(format!("migrating slot {slot} from {from} to {to}"))),
+            }
         }
+        self.wait_replicas_hold(to, deadline).with_context(|| format!("migrating slot {slot} to {to}"))?;
         for port in self.primary_ports()? {
             self.command::<()>(port, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id))?;
         }
         Ok(())
+    }
+
+    /// Waits until every online replica of the primary on `port` acknowledged the offset the
+    /// primary had when this was called.
+    fn wait_replicas_hold(&self, port: u16, deadline: Instant) -> anyhow::Result<()> {
+        let info = |port| self.command::<String>(port, redis::cmd("INFO").arg("replication"));
+        let written = info_field(&info(port)?, "master_repl_offset").context("no master_repl_offset")?;
+        loop {
+            let behind: Vec<ReplicaLink> =
+                replica_links(&info(port)?).into_iter().filter(|r| r.online && r.offset < written).collect();
+            if behind.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the replicas of {port} did not reach offset {written} in {MIGRATE_TIMEOUT:?}: {behind:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// The ports of the replicas of the primary on `port`.
@@ -190,6 +295,7 @@ impl TestCluster {
         if let Some(node) = self.nodes.iter_mut().find(|n| n.port == port) {
             node.kill();
         }
+        self.paused.lock().expect("paused lock").retain(|p| *p != port);
         self.dead.push(port);
     }
 
@@ -202,8 +308,10 @@ impl TestCluster {
         }
     }
 
+    /// Ports of the nodes neither killed nor paused: the ones worth asking.
     fn live_ports(&self) -> Vec<u16> {
-        self.nodes.iter().map(|n| n.port).filter(|p| !self.dead.contains(p)).collect()
+        let paused = self.paused.lock().expect("paused lock");
+        self.nodes.iter().map(|n| n.port).filter(|p| !self.dead.contains(p) && !paused.contains(p)).collect()
     }
 
     fn any_live_port(&self) -> anyhow::Result<u16> {
@@ -215,11 +323,64 @@ impl TestCluster {
         Ok(ClusterNode::parse_all(&text))
     }
 
-    fn describe(&self) -> String {
+    /// `CLUSTER NODES` as a live node sees it, for an error.
+    pub fn describe(&self) -> String {
         self.any_live_port()
             .and_then(|p| self.command::<String>(p, redis::cmd("CLUSTER").arg("NODES")))
             .unwrap_or_else(|e| format!("({e})"))
     }
+}
+
+/// A cluster node on `port` with its data in a directory of its own below `data`.
+fn start_node(options: &RedisOptions, data: &std::path::Path, port: u16) -> anyhow::Result<RedisServer> {
+    let dir: PathBuf = data.join(port.to_string());
+    std::fs::create_dir_all(&dir)?;
+    let mut options = options.clone();
+    // After the server's own `dir` (its logs), so this one wins: nodes.conf and the AOF live here.
+    options.extra.push(("dir".into(), dir.display().to_string()));
+    options.port = Some(port);
+    RedisServer::start(&options)
+}
+
+/// A numeric field of `INFO replication` (`master_port`, `slave_repl_offset`, ...).
+pub fn info_field(info: &str, name: &str) -> Option<i64> {
+    info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+}
+
+/// A replica as its primary's `INFO replication` lists it
+/// (`slave0:ip=127.0.0.1,port=7001,state=online,offset=123,lag=0`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaLink {
+    pub port: u16,
+    pub online: bool,
+    /// The offset the replica last acknowledged.
+    pub offset: i64,
+}
+
+/// Every replica a primary's `INFO replication` lists.
+pub fn replica_links(primary_info: &str) -> Vec<ReplicaLink> {
+    let mut links = Vec::new();
+    for line in primary_info.lines().filter(|l| l.starts_with("slave")) {
+        let Some((_, fields)) = line.split_once(':') else { continue };
+        let (mut port, mut online, mut offset) = (None, false, None);
+        for field in fields.trim().split(',') {
+            match field.split_once('=') {
+                Some(("port", p)) => port = p.parse().ok(),
+                Some(("state", s)) => online = s == "online",
+                Some(("offset", o)) => offset = o.parse().ok(),
+                _ => {}
+            }
+        }
+        if let (Some(port), Some(offset)) = (port, offset) {
+            links.push(ReplicaLink { port, online, offset });
+        }
+    }
+    links
+}
+
+/// The offset the replica on `port` last acknowledged, from its primary's `INFO replication`.
+pub fn replica_offset(primary_info: &str, port: u16) -> Option<i64> {
+    replica_links(primary_info).into_iter().find(|r| r.port == port).map(|r| r.offset)
 }
 
 /// One line of `CLUSTER NODES`: `id host:port@bus[,hostname] flags primary-id … slot-ranges`.
@@ -273,6 +434,23 @@ impl ClusterNode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PRIMARY_INFO: &str = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nmin_slaves_good_slaves:2\r\n\
+        slave0:ip=127.0.0.1,port=7001,state=online,offset=5120,lag=0\r\n\
+        slave1:ip=127.0.0.1,port=7002,state=wait_bgsave,offset=4096,lag=3\r\n\
+        master_failover_state:no-failover\r\nmaster_repl_offset:5200\r\n";
+
+    #[test]
+    fn the_offset_each_replica_acknowledged_is_read_from_the_primarys_info() {
+        assert_eq!(replica_offset(PRIMARY_INFO, 7001), Some(5120));
+        assert_eq!(replica_offset(PRIMARY_INFO, 7002), Some(4096));
+        assert_eq!(replica_offset(PRIMARY_INFO, 7003), None);
+        let online: Vec<u16> = replica_links(PRIMARY_INFO).iter().filter(|r| r.online).map(|r| r.port).collect();
+        assert_eq!(online, vec![7001]);
+        assert_eq!(info_field(PRIMARY_INFO, "master_repl_offset"), Some(5200));
+        assert_eq!(info_field(PRIMARY_INFO, "connected_slaves"), Some(2));
+        assert_eq!(info_field("master_port:6400\r\nmaster_link_status:up\r\n", "master_port"), Some(6400));
+    }
 
     #[test]
     fn cluster_nodes_lines_name_primaries_replicas_and_slots() {

@@ -2,7 +2,8 @@
 //! selected means several at once. Every fault is undone when its window ends and again, to be
 //! sure, when the run stops.
 
-use super::topology::{BeforeFailover, Topology};
+use super::sentinel::BeforeFailover;
+use super::topology::Topology;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,10 +43,16 @@ pub enum FaultKind {
     /// 1` holds), then the primary and A are SIGKILLed together and Sentinel promotes B, which
     /// lacks writes that were acknowledged. The killed nodes come back empty, as replicas of B.
     Rack,
+    /// On a cluster (`--cluster`): the primary that owns the event's slot is SIGKILLed, its
+    /// replica is promoted, and the killed node is restarted and rejoins as a replica.
+    ClusterFailover,
+    /// On a cluster (`--cluster`): the event's slot is migrated to another primary while it
+    /// sells, and on to the next (or back) at the next injection.
+    SlotMigration,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 13] = [
         Self::LostReplies,
         Self::KillServe,
         Self::StallReplica,
@@ -57,7 +64,21 @@ impl FaultKind {
         Self::Partition,
         Self::Operator,
         Self::Rack,
+        Self::ClusterFailover,
+        Self::SlotMigration,
     ];
+
+    /// Whether this kind can be injected on the cluster deployment (`cluster`) or on the
+    /// Sentinel deployment; why not, when it cannot.
+    pub fn fits(self, cluster: bool) -> Result<(), &'static str> {
+        match self {
+            Self::Failover | Self::FailoverAfterStall | Self::Partition | Self::Rack if cluster => {
+                Err("is a fault of the Sentinel deployment (on a cluster, use cluster-failover)")
+            }
+            Self::ClusterFailover | Self::SlotMigration if !cluster => Err("needs --cluster"),
+            _ => Ok(()),
+        }
+    }
 
     /// (first injection after, period, how long each lasts)
     fn schedule(self) -> (Duration, Duration, Duration) {
@@ -74,6 +95,10 @@ impl FaultKind {
             Self::Partition => (ms(1_300), ms(3_500), ms(1_500)),
             Self::Operator => (ms(800), ms(1_500), ms(0)),
             Self::Rack => (ms(1_200), ms(60_000), ms(0)),
+            // A failover and its node's return take about 5 s; the period leaves the sale time
+            // with every node up between two.
+            Self::ClusterFailover => (ms(1_500), ms(9_000), ms(0)),
+            Self::SlotMigration => (ms(2_000), ms(4_000), ms(0)),
         }
     }
 }
@@ -152,20 +177,24 @@ async fn inject(kind: FaultKind, topo: &Topology, round: usize) -> anyhow::Resul
     match kind {
         FaultKind::LostReplies => topo.dial.set(LOSS_PROBABILITY),
         FaultKind::KillServe => topo.fleet.kill(round),
-        FaultKind::StallReplica => topo.pause_replicas()?,
-        FaultKind::Failover => topo.failover(BeforeFailover::Nothing).await?,
-        FaultKind::FailoverAfterStall => topo.failover(BeforeFailover::Stall(STALL_BEFORE_FAILOVER)).await?,
-        FaultKind::Oom => {
-            topo.with_node(true, |p| p.command::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1)))??
+        FaultKind::StallReplica => topo.pause_replicas().await?,
+        FaultKind::Failover => topo.sentinel()?.failover(BeforeFailover::Nothing).await?,
+        FaultKind::FailoverAfterStall => {
+            topo.sentinel()?.failover(BeforeFailover::Stall(STALL_BEFORE_FAILOVER)).await?
         }
+        FaultKind::Oom => topo.set_event_primary_maxmemory(1).await?,
         FaultKind::DatabaseDown => topo.db.set_available(false).await?,
         FaultKind::DatabaseSlow => topo.db.slow_down().await?,
-        FaultKind::Partition if round == 1 => topo.failover(BeforeFailover::Partition(CUT_BEFORE_FAILOVER)).await?,
-        FaultKind::Partition => topo.partition().await?,
+        FaultKind::Partition if round == 1 => {
+            topo.sentinel()?.failover(BeforeFailover::Partition(CUT_BEFORE_FAILOVER)).await?
+        }
+        FaultKind::Partition => topo.sentinel()?.partition().await?,
         FaultKind::Operator => operator_command(topo, round).await?,
         FaultKind::Rack => {
-            topo.rack(RACK_CUT).await?;
+            topo.sentinel()?.rack(RACK_CUT).await?;
         }
+        FaultKind::ClusterFailover => topo.cluster()?.failover().await?,
+        FaultKind::SlotMigration => topo.cluster()?.migrate().await?,
     }
     Ok(())
 }
@@ -194,38 +223,32 @@ async fn operator_command(topo: &Topology, round: usize) -> anyhow::Result<()> {
 pub async fn heal(kind: FaultKind, topo: &Topology) -> anyhow::Result<()> {
     match kind {
         FaultKind::LostReplies => topo.dial.set(0.0),
-        FaultKind::KillServe | FaultKind::Failover | FaultKind::FailoverAfterStall | FaultKind::Operator => {}
-        FaultKind::StallReplica => {
-            for node in topo.redis.lock().expect("redis lock").iter() {
-                node.resume();
-            }
-        }
-        FaultKind::Oom => {
-            // Every node, even when one does not answer (a stalled replica): the others must heal.
-            let mut healed = Ok(());
-            for node in topo.redis.lock().expect("redis lock").iter() {
-                if let Err(e) = node.command::<()>(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0)) {
-                    healed = Err(e);
-                }
-            }
-            healed?;
-        }
+        // A cluster failover restarts its node itself, and a migration is whole when it returns
+        // (the run's end finishes one that failed half-way).
+        FaultKind::KillServe
+        | FaultKind::Failover
+        | FaultKind::FailoverAfterStall
+        | FaultKind::Operator
+        | FaultKind::ClusterFailover
+        | FaultKind::SlotMigration => {}
+        FaultKind::StallReplica => topo.resume_nodes().await?,
+        FaultKind::Oom => topo.set_maxmemory_everywhere(0).await?,
         FaultKind::DatabaseDown => topo.db.set_available(true).await?,
         FaultKind::DatabaseSlow => topo.db.fast_again().await,
         // The rack fault heals itself (the killed nodes return as replicas of B); its cut, if a
         // failure left it on, is mended like a partition's.
-        FaultKind::Partition | FaultKind::Rack => topo.heal_partition().await?,
+        FaultKind::Partition | FaultKind::Rack => topo.sentinel()?.heal_partition().await?,
     }
     Ok(())
 }
 
 pub fn counts_by_name(counts: &BTreeMap<FaultKind, usize>) -> BTreeMap<String, usize> {
-    counts
-        .iter()
-        .map(|(k, v)| {
-            (serde_json::to_value(k).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default(), *v)
-        })
-        .collect()
+    counts.iter().map(|(k, v)| (name_of(*k), *v)).collect()
+}
+
+/// The kind's name as `--fault` takes it (`cluster-failover`).
+pub fn name_of(kind: FaultKind) -> String {
+    serde_json::to_value(kind).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default()
 }
 
 /// Failovers take seconds; the run waits for one to finish before it heals and checks.

@@ -3,9 +3,13 @@
 //! schedule (`inject.rs`), then the three invariants checked against the database, Redis and
 //! what the clients were told. Bounded in time and requests; exits non-zero on any violation.
 
+pub mod cluster_topology;
 pub mod inject;
 pub mod operator;
 pub mod proxy;
+pub mod rack;
+pub mod run_db;
+pub mod sentinel;
 pub mod topology;
 pub mod waiters;
 
@@ -44,9 +48,14 @@ pub struct RunConfig {
     /// Fault kinds to inject (repeat the flag; several run at once); none = a clean run
     #[arg(long = "fault", value_enum)]
     pub faults: Vec<FaultKind>,
-    /// Every fault kind at once (with --sqlite, every kind but database-down)
+    /// Every fault kind at once that fits the deployment (with --sqlite, every kind but
+    /// database-down)
     #[arg(long)]
     pub all_faults: bool,
+    /// A Redis Cluster (three primaries, a replica each) instead of the Sentinel deployment;
+    /// adds the cluster-failover and slot-migration faults and refuses the Sentinel ones
+    #[arg(long)]
+    pub cluster: bool,
     /// Seats in the event
     #[arg(long, default_value_t = 150)]
     pub seats: i64,
@@ -141,7 +150,9 @@ pub struct Report {
     pub db_states: BTreeMap<String, i64>,
     pub redis_taken: i64,
     /// Each rack fault: which node Sentinel promoted, and how far behind it was.
-    pub racks: Vec<topology::RackFailover>,
+    pub racks: Vec<rack::RackFailover>,
+    /// With --cluster: each failover and migration of the event's slot.
+    pub cluster_reshapes: Vec<String>,
     /// What became of every `201` told: still holding that seat, or released by the run.
     pub told_201: invariants::AdmittedFates,
     /// The serves' heal counters at the end (`/metrics`, summed over the serves now running: a
@@ -195,9 +206,14 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     }
     let started = Instant::now();
     // SQLite has no connections to refuse: database-down is a PostgreSQL fault.
-    let supported = |k: &FaultKind| !(config.sqlite && *k == FaultKind::DatabaseDown);
+    let supported = |k: &FaultKind| !(config.sqlite && *k == FaultKind::DatabaseDown) && k.fits(config.cluster).is_ok();
     let kinds: Vec<FaultKind> =
         if config.all_faults { FaultKind::ALL.into_iter().filter(supported).collect() } else { config.faults.clone() };
+    for kind in &kinds {
+        if let Err(why) = kind.fits(config.cluster) {
+            anyhow::bail!("--fault {}: {why}", inject::name_of(*kind));
+        }
+    }
     let codes: Vec<String> = (1..=config.candidates).map(|i| format!("RUN-{i:06}")).collect();
     let spec = EventSpec {
         opens_at_ms: (config.fair_start_seconds > 0).then(now_ms),
@@ -206,6 +222,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     };
     let options = TopologyOptions {
         postgres: !config.sqlite,
+        cluster: config.cluster,
         serves: config.serves.max(1),
         persist_timeout_ms: config.persist_timeout_ms,
         broken_guard: config.break_guard.clone(),
@@ -252,6 +269,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
     for kind in &kinds {
         inject::heal(*kind, &topo).await.with_context(|| format!("healing {kind:?}"))?;
     }
+    topo.settle_redis().await.context("Redis whole again after the faults")?;
     if let Err(e) = topo.sale.drain(&event, DRAIN_TIMEOUT).await {
         tracing::warn!(error = %e, "the reaper could not drain; the check reports what is left");
     }
@@ -272,13 +290,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
 
     let mut conn = match topo.sale.link().check().await {
         Ok(conn) => conn,
-        Err(e) => {
-            let nodes: Vec<u16> = topo.redis.lock().expect("redis lock").iter().map(|n| n.port).collect();
-            anyhow::bail!(
-                "reaching the primary for the final check: {e}; Sentinel names port {:?}, data nodes on {nodes:?}",
-                topo.primary_port().ok()
-            );
-        }
+        Err(e) => anyhow::bail!("reaching the primary for the final check: {e}; {}", topo.describe_redis()),
     };
     let mut violations = invariants::violations(&mut conn, &topo.store, &event).await?;
     violations.extend(invariants::told_violations(&topo.store, &event, &journal).await?);
@@ -305,7 +317,10 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         .sum();
     let db_states = topo.store.state_counts(&event).await?;
     let told_201 = invariants::admitted_fates(&topo.store, &event, &journal).await?;
-    let racks = topo.racks.lock().expect("racks lock").clone();
+    let (racks, cluster_reshapes) = match &topo.redis {
+        topology::Redis::Sentinel(s) => (s.racks.lock().expect("racks lock").clone(), Vec::new()),
+        topology::Redis::Cluster(c) => (Vec::new(), c.log.lock().expect("log lock").clone()),
+    };
     let heals = heal_counters(&topo.fleet.urls()).await;
     let replies_lost = topo.dial.dropped.load(std::sync::atomic::Ordering::Relaxed);
     let topo = Arc::try_unwrap(topo).map_err(|_| anyhow::anyhow!("topology still shared at the end of the run"))?;
@@ -344,6 +359,7 @@ pub async fn run(config: &RunConfig, bin: std::path::PathBuf) -> anyhow::Result<
         db_states,
         redis_taken,
         racks,
+        cluster_reshapes,
         told_201,
         heals,
         violations,
@@ -544,6 +560,9 @@ impl Report {
                 r.primary_taken,
                 r.b_taken
             );
+        }
+        for r in &self.cluster_reshapes {
+            println!("  {r}");
         }
         let f = &self.told_201;
         println!(
