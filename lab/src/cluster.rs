@@ -264,6 +264,9 @@ impl TestCluster {
     fn wait_replicas_hold(&self, port: u16, deadline: Instant) -> anyhow::Result<()> {
         let info = |port| self.command::<String>(port, redis::cmd("INFO").arg("replication"));
         let written = info_field(&info(port)?, "master_repl_offset").context("no master_repl_offset")?;
+        if let Err(e) = self.hurry_acks(port) {
+            tracing::debug!(error = %e, port, "replicas not hurried; their next acknowledgement comes within a second");
+        }
         loop {
             let behind: Vec<ReplicaLink> =
                 replica_links(&info(port)?).into_iter().filter(|r| r.online && r.offset < written).collect();
@@ -275,6 +278,26 @@ impl TestCluster {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Has the replicas of the primary on `port` acknowledge now instead of at their next
+    /// once-a-second acknowledgement, so a migration's hand-over (clients meet `ASK` until it)
+    /// waits milliseconds: a write of this connection's own, in a slot the primary owns, and a
+    /// `WAIT` for it, which has the primary ask its replicas (`REPLCONF GETACK`).
+    fn hurry_acks(&self, port: u16) -> anyhow::Result<()> {
+        let owned = self.cluster_nodes()?.into_iter().find(|n| n.port == port).map(|n| n.slots).unwrap_or_default();
+        let mut conn = redis::Client::open(self.node(port).url())?.get_connection_with_timeout(MIGRATE_TIMEOUT)?;
+        conn.set_read_timeout(Some(MIGRATE_TIMEOUT))?;
+        for i in 0..200 {
+            let probe = format!("lab:ack-probe:{i}");
+            let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(&probe).query(&mut conn)?;
+            if owned.iter().any(|(a, b)| (*a..=*b).contains(&slot)) {
+                redis::cmd("SET").arg(&probe).arg(1).arg("PX").arg(1000).query::<()>(&mut conn)?;
+                redis::cmd("WAIT").arg(1).arg(MIGRATE_TIMEOUT.as_millis() as u64).query::<i64>(&mut conn)?;
+                return Ok(());
+            }
+        }
+        bail!("no probe key lands in a slot of {port}")
     }
 
     /// The ports of the replicas of the primary on `port`.
