@@ -171,6 +171,10 @@ impl TestCluster {
 
     /// One look at what [`TestCluster::wait_settled`] waits for.
     pub fn settled(&self, primaries: usize, replicas: usize) -> anyhow::Result<bool> {
+        // Not asked: a stopped node answers nothing until the command's timeout.
+        if !self.paused.lock().expect("paused lock").is_empty() {
+            return Ok(false);
+        }
         for port in self.live_ports() {
             let info: String = self.command(port, redis::cmd("CLUSTER").arg("INFO"))?;
             if !info.contains("cluster_state:ok") {
