@@ -119,6 +119,10 @@ pub const CUT_BEFORE_FAILOVER: Duration = Duration::from_millis(1_200);
 /// re-point B (which follows the proxy, an address it does not know) straight at the primary.
 pub const RACK_CUT: Duration = Duration::from_millis(2_500);
 
+/// How long the operator fault's `close` then `open` retries a refused open: past the 30 s
+/// expiry of an operator lock whose release failed.
+const REOPEN_WAIT: Duration = Duration::from_secs(40);
+
 /// Share of replies lost while the lost-replies fault is on.
 pub const LOSS_PROBABILITY: f64 = 0.25;
 
@@ -210,7 +214,21 @@ async fn operator_command(topo: &Topology, round: usize) -> anyhow::Result<()> {
         }
         1 => {
             loader::close_event(&mut conn, &topo.store, &id).await?;
-            loader::open_event(&mut conn, &topo.store, &id).await?;
+            // An operator who closed to reopen tries again until the sale is open: one refused
+            // open (OOM, a lock left by a release that failed, a slot that just moved) would
+            // otherwise leave the rest of the run a closed sale.
+            let deadline = tokio::time::Instant::now() + REOPEN_WAIT;
+            loop {
+                let mut conn = topo.sale.link().check().await?;
+                match loader::open_event(&mut conn, &topo.store, &id).await {
+                    Ok(_) => break,
+                    Err(e) if tokio::time::Instant::now() < deadline => {
+                        tracing::info!(error = format!("{e:#}"), "operator: open after close refused; again");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         }
         _ => {
             reconcile::reconcile(topo.sale.link(), &topo.store, &id, true).await?;
