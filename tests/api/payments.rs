@@ -265,3 +265,42 @@ async fn an_event_with_a_payment_url_puts_its_template_in_the_page_and_one_witho
     let other = app.client.get(format!("{}/events/no-such-event", app.url)).send().await.unwrap().text().await.unwrap();
     assert!(other.contains(r#"content="""#), "an event Redis does not know gets no template");
 }
+
+/// PostgreSQL's `clock_timestamp()` moves between two reads in one statement: a payment judged
+/// by one read ("the hold has not run out") and stamped by another ("paid at the hold's end")
+/// broke the invariant that a seat is paid only inside its hold (FAULTS.md, the cluster runs).
+/// Here a clock of the test's own, found first on the store's search path, moves a millisecond
+/// at every read, and the hold ends on the second: the statement must judge and stamp by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_is_judged_and_stamped_by_one_reading_of_the_clock_postgres() {
+    let app = spawn_app(AppOptions { backend: Backend::Postgres, ..Default::default() }).await;
+    app.book_ok("CODE-00001").await;
+    app.book_ok("CODE-00002").await;
+    const BASE_MS: i64 = 1_900_000_000_000;
+    let ticking = format!(
+        "CREATE FUNCTION public.clock_timestamp() RETURNS timestamptz LANGUAGE sql VOLATILE AS
+         $$ SELECT to_timestamp(({BASE_MS} + nextval('public.tick')) / 1000.0) $$"
+    );
+    let admin = sqlx::PgPool::connect(&app.db.url).await.unwrap();
+    sqlx::query("CREATE SEQUENCE public.tick").execute(&admin).await.unwrap();
+    sqlx::query(&ticking).execute(&admin).await.unwrap();
+    let separator = if app.db.url.contains('?') { '&' } else { '?' };
+    let url = format!("{}{separator}options=-c%20search_path%3Dpublic%2Cpg_catalog", app.db.url);
+    let ticked = Store::connect(&url).await.unwrap();
+    let row = "SELECT hold_until_ms, updated_ms FROM bookings WHERE event_id = $1 AND code_hash = $2";
+    for (code, pay) in [("CODE-00001", true), ("CODE-00002", false)] {
+        app.set_hold_until(code, BASE_MS + 2).await;
+        sqlx::query("ALTER SEQUENCE public.tick RESTART WITH 1").execute(&admin).await.unwrap();
+        if pay {
+            assert_eq!(ticked.pay(&app.event, &app.hash(code)).await.unwrap(), PayOutcome::Paid);
+        } else {
+            let outcome = ticked.extend_hold(&app.event, &app.hash(code), 60).await.unwrap();
+            assert_eq!(outcome, seatrush::store::ExtendOutcome::Extended { hold_until_ms: BASE_MS + 2 + 60_000 });
+        }
+        let (hold_until, stamped): (i64, i64) =
+            sqlx::query_as(row).bind(app.event.as_str()).bind(app.hash(code).as_str()).fetch_one(&admin).await.unwrap();
+        assert_eq!(stamped, BASE_MS + 1, "{code}: stamped by the reading that judged it");
+        assert!(stamped < hold_until, "{code}: stamped at {stamped}, inside its hold (until {hold_until})");
+    }
+    admin.close().await;
+}
