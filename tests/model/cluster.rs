@@ -447,12 +447,12 @@ impl Model for ClusterModel {
             }
             ClusterAction::StartRound => {
                 let mut round: Vec<Group> = Vec::new();
-                for c in 0..CODES {
+                for (c, &event) in EVENT_OF.iter().enumerate() {
                     if n.clients[c] != Client::Queued {
                         continue;
                     }
                     n.clients[c] = Client::InRound;
-                    let event = EVENT_OF[c] as u8;
+                    let event = event as u8;
                     match round.iter_mut().find(|g| g.event == event) {
                         Some(g) => g.codes.push(c as u8),
                         None => round.push(Group {
