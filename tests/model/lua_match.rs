@@ -228,6 +228,59 @@ fn a_batch_of_admits_decides_as_the_admits_one_after_another() {
     assert!(seen.get("admitted in one call: 3").copied().unwrap_or(0) > 10, "too few calls admitting three: {seen:?}");
 }
 
+/// The database writer marks its whole batch in one persisted.lua call, which reads every mark's
+/// record in one HMGET and drops every matching entry in one ZREM: the call must drop what the
+/// marks one after another would (two marks of one code included), and count them alike.
+#[test]
+fn a_batch_of_marks_drops_as_the_marks_one_after_another() {
+    let client = redis::Client::open(REDIS_URL).expect("redis url");
+    let conn = client.get_connection().expect("the Redis at 127.0.0.1:6379 runs (see MODEL.md)");
+    let seed: u64 = rand::rng().random();
+    let mut keys = Keys::new(conn, &format!("marks-{seed:016x}"));
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut dropped_by_size = std::collections::BTreeMap::<i64, usize>::new();
+    for case in 0..CASES {
+        let (before, caps) = random_state(&mut rng, 0.8);
+        // Marks that name a record's own nonce and admission most of the time, as the writer's do.
+        let marks: Vec<Call> = (0..rng.random_range(2..=5))
+            .map(|_| {
+                let code = rng.random_range(0..CODES);
+                match before.records[code as usize] {
+                    Some(r) if rng.random_bool(0.7) => Call::Persisted { code, nonce: r.nonce, aid: r.aid },
+                    _ => Call::Persisted { code, nonce: rng.random_range(0..2), aid: rng.random_range(0..3) },
+                }
+            })
+            .collect();
+        let mut model = before.clone();
+        let expected: i64 = marks.iter().map(|&m| i64::from(model.apply(&caps, m).1)).sum();
+        load(&mut keys, &before, &caps);
+        let args: Vec<String> = marks
+            .iter()
+            .flat_map(|m| {
+                let Call::Persisted { code: c, nonce, aid } = *m else { unreachable!("marks only") };
+                [code(c), format!("n{nonce}"), format!("a{aid}")]
+            })
+            .collect();
+        let real: i64 = redis::cmd("EVAL")
+            .arg(PERSISTED)
+            .arg(2)
+            .arg(&keys.adm)
+            .arg(&keys.pending)
+            .arg(&args)
+            .query(&mut keys.conn)
+            .expect("persisted.lua");
+        let context = || format!("seed {seed:#x}, case {case}: {marks:?} on {before:?}");
+        assert_eq!(real, expected, "{}: entries dropped", context());
+        assert_eq!(read_back(&mut keys), model, "{}: keyspaces differ", context());
+        *dropped_by_size.entry(real).or_default() += 1;
+    }
+    println!("{CASES} batches of marks, seed {seed:#x}: calls by entries dropped {dropped_by_size:?}");
+    assert!(
+        dropped_by_size.keys().filter(|&&d| d >= 2).count() >= 2,
+        "too few calls dropping several: {dropped_by_size:?}"
+    );
+}
+
 /// One call, or (a third of the time an admit is drawn) two to four admits in one admit.lua call,
 /// as a committer round sends them.
 fn random_calls(rng: &mut StdRng) -> Vec<Call> {
