@@ -3,6 +3,7 @@
 # $DIR/codes.txt and an event `bench` with a seat per code in $DIR/event.toml, all under DIR.
 # DB=postgres: a fresh database on the local PostgreSQL (127.0.0.1:5432, user postgres) instead of
 # the SQLite file, dropped by private_db_drop (call it from the caller's cleanup).
+# PRIMARY_WRAP: a command the primary runs under (path-instructions.sh: valgrind --tool=callgrind).
 # Sets P1 (primary port), HTTP (a free port for serve), PIDS (stopped by the caller's cleanup),
 # and exports SEATRUSH_DATABASE_URL and SEATRUSH_REDIS_URL.
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -10,9 +11,9 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 private_sale() { # DIR CODES
   local dir=$1 codes=$2 p2
   P1=$(port); p2=$(port); HTTP=$(port)
-  redis-server --port "$P1" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --maxmemory-policy noeviction --logfile "$dir/p.log" & PIDS+=($!)
+  ${PRIMARY_WRAP:-} redis-server --port "$P1" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --maxmemory-policy noeviction --logfile "$dir/p.log" & PIDS+=($!)
   redis-server --port "$p2" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --dbfilename r.rdb --replicaof "127.0.0.1 $P1" --logfile "$dir/r.log" & PIDS+=($!)
-  for _ in $(seq 100); do redis-cli -p "$p2" info replication 2>/dev/null | grep -q master_link_status:up && break; sleep 0.1; done
+  for _ in $(seq 300); do redis-cli -p "$p2" info replication 2>/dev/null | grep -q master_link_status:up && break; sleep 0.1; done
   # The primary counts a replica as good only once it has acknowledged (REPLCONF ACK, once a second).
   for _ in $(seq 30); do redis-cli -p "$P1" info replication 2>/dev/null | grep -q 'slave0:.*state=online' && break; sleep 0.1; done
   redis-cli -p "$P1" config set min-replicas-to-write 1 >/dev/null

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The Redis primary's instructions per admission on the whole hot path (admit rounds and their
+# WAIT, the persisted marks, feeding the replica, the background passes), against admit.lua alone
+# in rounds of the same size (redis-instructions.sh), both counted by callgrind: instruction counts
+# do not move with the machine's load, CPU seconds do (issue 32's target: at most 1.25x).
+# A private sale whose primary runs under callgrind, with its replica; `seatrush serve` with
+# rounds and database batches held at fixed sizes (callgrind slows the primary down, so the queues
+# fill every round to its maximum: the sizes are the operating point, set here to what the release
+# closed loop runs at); a closed loop of `seatrush-lab bench --url` for DURATION_S seconds,
+# counted from its first request to its last. What the primary does by the clock rather than by
+# the admission (the reaper's passes, the heal's sweep, availability snapshots) is counted again
+# over as long a quiet stretch right after the load and taken off: under callgrind the load runs
+# some fifty times slower than in a real sale, so those would weigh fifty times too much.
+# Kernel time (system calls) is not in these counts.
+# Usage: scripts/path-instructions.sh SEATRUSH_BIN [OUT_DIR]
+#   ROUND (default 5): admits a committer round sends; MARKS (default 13): bookings a database
+#   batch writes, and so marks a persisted call carries; CODES (20000), DURATION_S (30).
+set -euo pipefail
+S=$(realpath "$1"); OUT=${2:-bench-out/path-instructions}
+L=$(realpath "${LAB:-$(dirname "$S")/seatrush-lab}")
+mkdir -p "$OUT"; OUT=$(realpath "$OUT")
+DIR=$(mktemp -d /tmp/seatrush-path-cg-XXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 1; private_db_drop; rm -rf "$DIR"; }
+trap cleanup EXIT
+. "$(dirname "$0")/private-sale.sh"
+CODES=${CODES:-20000}; DURATION_S=${DURATION_S:-30}; ROUND=${ROUND:-5}; MARKS=${MARKS:-13}
+PRIMARY_WRAP="valgrind --tool=callgrind --callgrind-out-file=$DIR/cg.out" private_sale "$DIR" "$CODES"
+VP=${PIDS[0]}
+"$S" event apply "$DIR/event.toml" >/dev/null
+"$S" allowlist import --event bench "$DIR/codes.txt" >/dev/null
+"$S" open --event bench >/dev/null
+"$S" serve --listen "127.0.0.1:$HTTP" --refusal-rate-per-minute 0 --commit-batch-max "$ROUND" --persist-batch-max "$MARKS" --commit-connections "${COMMITTERS:-1}" --persist-linger-ms "${LINGER_MS:-40}" > "$DIR/serve.log" 2>&1 & PIDS+=($!)
+for _ in $(seq 300); do curl -s "http://127.0.0.1:$HTTP/healthz" >/dev/null && break; sleep 0.1; done
+count() { # the instructions since the last zeroing, dumped to a file of their own
+  callgrind_control -d "$VP" >/dev/null 2>&1
+  local dump; dump=$(ls "$DIR"/cg.out.* | sort -V | tail -1)
+  callgrind_annotate "$dump" 2>/dev/null | grep -m1 "PROGRAM TOTALS" | grep -oE "^[0-9,]+" | tr -d ,
+}
+calls() { # CMD: how many times the primary ran it so far
+  redis-cli -p "$P1" info commandstats | tr -d '\r' | sed -nE "s/^cmdstat_$1:calls=([0-9]+),.*/\1/p" | grep . || echo 0
+}
+waits_before=$(calls wait); evals_before=$(calls evalsha)
+callgrind_control -z "$VP" >/dev/null 2>&1
+start=$(date +%s.%N)
+"$L" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --duration-s "$DURATION_S" --out-dir "$OUT" ${BENCH_ARGS:---connections 24} 2>&1 | grep -a -E "loop|checks" || true
+loaded_s=$(echo "$(date +%s.%N) - $start" | bc)
+total=$(count)
+waits=$(( $(calls wait) - waits_before )); evals=$(( $(calls evalsha) - evals_before ))
+cp "$(ls "$DIR"/cg.out.* | sort -V | tail -1)" "$OUT/primary.callgrind"
+callgrind_control -z "$VP" >/dev/null 2>&1
+sleep "$loaded_s"
+quiet=$(count)
+admitted=$(python3 -c "import json; print(json.load(open('$OUT/report.json'))['admitted'])")
+echo "hot path, rounds of $ROUND, marks $MARKS a call: $admitted admitted in ${loaded_s%.*} s; $((total / admitted)) instructions per admission, $(((total - quiet) / admitted)) without the clock's share ($((quiet / ${loaded_s%.*})) a second when quiet; callgrind dump: $OUT/primary.callgrind)"
+echo "  the load's rounds: $waits WAITs, $admitted admitted: $(echo "scale=1; $admitted / $waits" | bc) admissions a round; $((evals - waits)) other script calls (the marks, mostly): $(echo "scale=1; $admitted / ($evals - $waits)" | bc) admissions each"
+LEVELS=3 "$(dirname "$0")/redis-instructions.sh" "$(dirname "$0")/../lua/admit.lua" "$ROUND" 20000
