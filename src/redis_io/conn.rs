@@ -13,8 +13,27 @@ use futures::FutureExt;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use std::future::Future;
 use std::time::Duration;
+
+/// Pauses before a request that a cluster node ran nothing of is sent again: about 1.5 s in all,
+/// inside the committer's persist deadline, for a slot map rebuilt after a failover or the end of
+/// a slot's migration.
+pub const CLUSTER_RESEND_PAUSES: [Duration; 5] = [
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+    Duration::from_millis(800),
+];
+
+/// True for a cluster's answers that mean the command did not run on this node: the slot lives
+/// elsewhere now or for the moment, or the cluster cannot serve it yet.
+pub fn ran_nothing(err: &RedisError) -> bool {
+    use redis::ServerErrorKind::{Ask, ClusterDown, Moved, TryAgain};
+    matches!(err.kind(), redis::ErrorKind::Server(Moved | Ask | TryAgain | ClusterDown))
+}
 
 #[derive(Clone)]
 pub enum RedisConn {
@@ -55,6 +74,30 @@ impl RedisConn {
                 let reply =
                     conn.route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)));
                 redis::from_redis_value(reply.await?).map_err(redis::RedisError::from)
+            }
+        }
+    }
+
+    /// `send` on a clone of this connection, sent again after each of [`CLUSTER_RESEND_PAUSES`]
+    /// while the reply means the node ran nothing. The client is built without the crate's own
+    /// retries (`link.rs`), so a `MOVED` only rebuilds the slot map and comes back here; sending
+    /// again reaches the new owner. Not for a pipeline carrying a `WAIT` (the committer's, which
+    /// resends its own with the same pauses).
+    pub async fn resending<T, Fut>(&self, mut send: impl FnMut(RedisConn) -> Fut) -> RedisResult<T>
+    where
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let mut pauses = CLUSTER_RESEND_PAUSES.iter();
+        loop {
+            match send(self.clone()).await {
+                Err(err) if ran_nothing(&err) => match pauses.next() {
+                    Some(pause) => {
+                        tracing::debug!(error = %err, ?pause, "the node ran nothing; sending again");
+                        tokio::time::sleep(*pause).await;
+                    }
+                    None => return Err(err),
+                },
+                other => return other,
             }
         }
     }

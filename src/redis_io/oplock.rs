@@ -20,9 +20,28 @@ const RENEWALS_PER_TTL: u32 = 3;
 static RENEW: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/lock_renew.lua")));
 
-/// Renews the lock for `ttl_ms` (0 frees it) if `owner` still holds it: 1 if it did.
-async fn renew_once(conn: &mut RedisConn, key: &str, owner: &str, ttl_ms: u64) -> redis::RedisResult<i64> {
-    scripts::run_as(conn, &RENEW, &RENEW.call(&[key], &[owner, &ttl_ms.to_string()])).await
+/// Renews the lock for `ttl_ms` (0 frees it) if `owner` still holds it: 1 if it did. Sent again
+/// after a reply that ran nothing: a release lost to a `MOVED` would hold the lock for the rest
+/// of [`LOCK_TTL`] and refuse the next operator command.
+async fn renew_once(conn: &RedisConn, key: &str, owner: &str, ttl_ms: u64) -> redis::RedisResult<i64> {
+    let call = &RENEW.call(&[key], &[owner, &ttl_ms.to_string()]);
+    conn.resending(|mut conn| async move { scripts::run_as(&mut conn, &RENEW, call).await }).await
+}
+
+/// `SET key owner NX PX ttl`: the owner's name when taken, none when another holds the lock.
+async fn take(conn: &RedisConn, key: &str, owner: &str) -> redis::RedisResult<Option<String>> {
+    let mut set = redis::cmd("SET");
+    set.arg(key).arg(owner).arg("NX").arg("PX").arg(LOCK_TTL.as_millis() as u64);
+    let set = &set;
+    conn.resending(|mut conn| async move { set.query_async(&mut conn).await }).await
+}
+
+/// Who holds the lock and for how much longer, for the refusal.
+async fn holder(conn: &RedisConn, key: &str) -> redis::RedisResult<(Option<String>, i64)> {
+    let mut read = redis::pipe();
+    read.get(key).pttl(key);
+    let read = &read;
+    conn.resending(|mut conn| async move { read.query_async(&mut conn).await }).await
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -48,22 +67,13 @@ pub struct OperatorLock {
 impl OperatorLock {
     /// Takes the lock of `event` for `command` (a few words naming it, e.g. "open"), or says who holds it.
     pub async fn acquire(conn: &RedisConn, event: &EventId, command: &str) -> Result<Self, LockError> {
-        let mut conn = conn.clone();
+        let conn = conn.clone();
         let key = EventKeys::new(event).lock;
         let owner = owner_name(command);
         let redis_err = |source| LockError::Redis { event: event.to_string(), source };
-        let taken: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg(&owner)
-            .arg("NX")
-            .arg("PX")
-            .arg(LOCK_TTL.as_millis() as u64)
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
+        let taken = take(&conn, &key, &owner).await.map_err(redis_err)?;
         if taken.is_none() {
-            let (holder, expires_in_ms): (Option<String>, i64) =
-                redis::pipe().get(&key).pttl(&key).query_async(&mut conn).await.map_err(redis_err)?;
+            let (holder, expires_in_ms) = holder(&conn, &key).await.map_err(redis_err)?;
             return Err(LockError::Held {
                 event: event.to_string(),
                 holder: holder.unwrap_or_else(|| "a command that just finished (try again)".into()),
@@ -81,9 +91,9 @@ impl OperatorLock {
     }
 
     /// Frees the lock if it is still ours.
-    pub async fn release(mut self) -> redis::RedisResult<()> {
+    pub async fn release(self) -> redis::RedisResult<()> {
         self.renewer.abort();
-        renew_once(&mut self.conn, &self.key, &self.owner, 0).await?;
+        renew_once(&self.conn, &self.key, &self.owner, 0).await?;
         Ok(())
     }
 }
@@ -94,12 +104,12 @@ impl Drop for OperatorLock {
     }
 }
 
-async fn renew(mut conn: RedisConn, key: String, owner: String) {
+async fn renew(conn: RedisConn, key: String, owner: String) {
     let mut tick = tokio::time::interval(LOCK_TTL / RENEWALS_PER_TTL);
     tick.tick().await;
     loop {
         tick.tick().await;
-        let renewed = renew_once(&mut conn, &key, &owner, LOCK_TTL.as_millis() as u64).await;
+        let renewed = renew_once(&conn, &key, &owner, LOCK_TTL.as_millis() as u64).await;
         match renewed {
             Ok(1) => {}
             Ok(_) => {

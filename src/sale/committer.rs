@@ -21,7 +21,7 @@ use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::nonce::Nonce;
 use crate::fault_hooks::{BrokenGuard, CrashPoint, FaultPlan};
-use crate::redis_io::conn::RedisConn;
+use crate::redis_io::conn::{ran_nothing, RedisConn, CLUSTER_RESEND_PAUSES};
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::{is_no_replicas, needs_reconnect, RedisLink};
 use crate::redis_io::scripts::{
@@ -454,23 +454,6 @@ impl Worker {
         }
         Ok((replies.into_iter().map(|r| r.expect("every call is in one group")).collect(), waited))
     }
-}
-
-/// Pauses before a cluster round sends an event's pipeline again after a reply that ran nothing:
-/// about 1.5 s in all, inside the persist deadline, for a slot map rebuilt after a failover.
-const CLUSTER_RESEND_PAUSES: [Duration; 5] = [
-    Duration::from_millis(50),
-    Duration::from_millis(100),
-    Duration::from_millis(200),
-    Duration::from_millis(400),
-    Duration::from_millis(800),
-];
-
-/// True for a cluster's answers that mean the command did not run on this node: the slot lives
-/// elsewhere now or for the moment, or the cluster cannot serve it yet.
-fn ran_nothing(err: &RedisError) -> bool {
-    use redis::ServerErrorKind::{Ask, ClusterDown, Moved, TryAgain};
-    matches!(err.kind(), redis::ErrorKind::Server(Moved | Ask | TryAgain | ClusterDown))
 }
 
 /// The `WAIT` reply a pipeline ends with, taken off its replies.

@@ -10,6 +10,7 @@ use seatrush::ops::settings::{Connections, ServeSettings};
 use seatrush::ops::{self, loader, Reaper};
 use seatrush::redis_io::keys::EventKeys;
 use seatrush::redis_io::link::RedisLink;
+use seatrush::redis_io::oplock::OperatorLock;
 use seatrush::sale::Sale;
 use seatrush::store::Store;
 use seatrush_lab::cluster::TestCluster;
@@ -400,4 +401,52 @@ async fn open_reads_every_primary_as_a_user_refused_cluster_nodes() {
     store.apply_event(&spec(&id)).await.unwrap();
     let report = loader::open_event(&mut conn, &store, &id).await.unwrap();
     assert_eq!(report.free_seats, SEATS);
+}
+
+/// Two events' slots on different primaries, a link to the cluster, and a connection made before
+/// any migration, whose slot map a migration leaves stale (as a long-running operator's is).
+async fn start_three_primaries() -> (TestCluster, Vec<(EventId, u16)>, RedisLink) {
+    init_logs();
+    let cluster = tokio::task::spawn_blocking(|| TestCluster::start(3, 1)).await.unwrap().unwrap();
+    let events = events_on_different_primaries(&cluster, 2);
+    let link = RedisLink::new(&cluster.url()).unwrap();
+    (cluster, events, link)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_lock_held_across_its_slots_migration_is_freed_and_taken_again() {
+    let (cluster, events, link) = start_three_primaries().await;
+    let ((event, _), (_, to)) = (events[0].clone(), events[1].clone());
+    let conn = link.check().await.unwrap();
+    let lock = OperatorLock::acquire(&conn, &event, "lock test").await.unwrap();
+    let key = EventKeys::new(&event).lock;
+    tokio::task::block_in_place(|| cluster.migrate_slot_of(&key, to)).unwrap();
+    // The release meets MOVED; sent again once the slot map is rebuilt, it frees the lock on its
+    // new node instead of leaving it held for its whole expiry.
+    lock.release().await.expect("the release follows the slot to its new primary");
+    let again = OperatorLock::acquire(&conn, &event, "lock test again").await.expect("the lock is free at once");
+    assert_eq!(cluster.primary_of(&key).unwrap(), to);
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_close_and_open_again_just_after_the_events_slot_migrated() {
+    let (cluster, events, link) = start_three_primaries().await;
+    let ((event, _), (_, to)) = (events[0].clone(), events[1].clone());
+    let db = test_db(Backend::Sqlite).await;
+    let store = Store::connect(&db.url).await.unwrap();
+    store.apply_event(&spec(&event)).await.unwrap();
+    let mut conn = link.check().await.unwrap();
+    loader::open_event(&mut conn, &store, &event).await.unwrap();
+    let key = EventKeys::new(&event).meta;
+    tokio::task::block_in_place(|| cluster.migrate_slot_of(&key, to)).unwrap();
+    let report = loader::open_event(&mut conn, &store, &event).await.expect("open after the migration");
+    assert_eq!(report.free_seats, SEATS);
+    let closed = loader::close_event(&mut conn, &store, &event).await.expect("close after the migration");
+    assert!(matches!(closed, loader::CloseOutcome::Closed), "{closed:?}");
+    let report =
+        loader::open_event(&mut conn, &store, &event).await.expect("open again at once, not refused as locked");
+    assert_eq!(report.free_seats, SEATS);
+    let state: Option<String> = cluster.command(to, redis::cmd("HGET").arg(&key).arg("state")).unwrap();
+    assert_eq!(state.as_deref(), Some("open"), "the event is open on its new primary");
 }
