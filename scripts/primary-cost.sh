@@ -6,7 +6,8 @@
 # the load, so its CPU splits into commands and what lies outside them (reading and writing
 # sockets, feeding the replica). Then, on the same primary with the replica still attached,
 # REF_N admissions of fresh codes through admit.lua in rounds of the load's own mean round size
-# (admissions / WAIT calls: a committer round sends one WAIT), pipelined by `redis-cli --pipe`.
+# (admissions / WAIT calls: a committer round sends one WAIT) on the bench's three levels,
+# pipelined by `redis-cli --pipe`.
 # Usage: scripts/primary-cost.sh SEATRUSH_BIN [OUT_DIR]
 set -euo pipefail
 S=$(realpath "$1"); OUT=${2:-bench-out/primary-cost}
@@ -60,30 +61,7 @@ echo "  outside commands (sockets, the event loop, the replica's feed): $(us "$(
 
 # The reference: admit.lua alone, the same round size, pipelined, on the same primary.
 SHA=$(redis-cli -p "$P1" script load "$(cat "$LUA")")
-python3 - "$DIR" "$REF_N" "$round" "$SHA" <<'PY'
-import sys, hashlib
-d, n, batch, sha = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-def resp(*args):
-    out = [b'*%d\r\n' % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b'$%d\r\n%s\r\n' % (len(a), a))
-    return b''.join(out)
-keys = ['{ev:ref}:adm', '{ev:ref}:taken', '{ev:ref}:cap', '{ev:ref}:free', '{ev:ref}:pending', '{ev:ref}:meta']
-with open(d + '/setup.resp', 'wb') as f:
-    f.write(resp('HSET', keys[2], 'A1', 10 ** 9))
-    f.write(resp('HSET', keys[5], 'state', 'open'))
-    for s in range(1, n + 1, 1000):
-        args = []
-        for seat in range(s, min(n, s + 999) + 1):
-            args += [seat, seat]
-        f.write(resp('ZADD', keys[3], *args))
-with open(d + '/calls.resp', 'wb') as f:
-    codes = [hashlib.sha256(b'ref%d' % i).hexdigest() for i in range(n)]
-    for r in range(0, n, batch):
-        attempts = [(c, 'nonce-' + c[:16], 'A1', 'adm-' + c[:24], 'admit') for c in codes[r:r + batch]]
-        f.write(resp('EVALSHA', sha, len(keys), *keys, *[x for a in attempts for x in a]))
-PY
+python3 "$(dirname "$0")/admit_calls.py" "$DIR" "$REF_N" "$round" "$SHA" --levels 3 --tag ev:ref
 redis-cli -p "$P1" --pipe < "$DIR/setup.resp" >/dev/null
 snapshot > "$DIR/ref.before"
 redis-cli -p "$P1" --pipe < "$DIR/calls.resp" > "$DIR/pipe.log"

@@ -22,44 +22,8 @@ valgrind --tool=callgrind --callgrind-out-file="$DIR/cg.out" redis-server --port
 for _ in $(seq 200); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.2; done
 SHA=$(redis-cli -p "$PORT" script load "$(cat "$LUA")")
 PSHA=$(redis-cli -p "$PORT" script load "$(cat "$(dirname "$LUA")/persisted.lua")")
-python3 - "$DIR" "$N" "$BATCH" "$FORM" "$SHA" "${LEVELS:-1}" "${MARKS:-0}" "$PSHA" <<'PY'
-import sys, hashlib
-d, n, batch, form, sha = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-levels = ['A1', 'B1', 'C1'][:int(sys.argv[6])]
-marks, psha = int(sys.argv[7]), sys.argv[8]
-def resp(*args):
-    out = [b'*%d\r\n' % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b'$%d\r\n%s\r\n' % (len(a), a))
-    return b''.join(out)
-keys = ['{ev:b}:adm', '{ev:b}:taken', '{ev:b}:cap', '{ev:b}:free', '{ev:b}:pending', '{ev:b}:meta']
-with open(d + '/setup.resp', 'wb') as f:
-    for level in levels:
-        f.write(resp('HSET', keys[2], level, 10 ** 9))
-    f.write(resp('HSET', keys[5], 'state', 'open'))  # admit.lua admits only while open (older ones ignore KEYS[6])
-    for s in range(1, n + 1, 1000):
-        args = []
-        for seat in range(s, min(n, s + 999) + 1):
-            args += [seat, seat]
-        f.write(resp('ZADD', keys[3], *args))
-with open(d + '/calls.resp', 'wb') as f:
-    codes = [hashlib.sha256(b'%d' % i).hexdigest() for i in range(n)]
-    unmarked = []
-    for r in range(0, n, batch):
-        attempts = [(c, 'nonce-' + c[:16], levels[(r + j) % len(levels)], 'adm-' + c[:24])
-                    for j, c in enumerate(codes[r:r + batch])]
-        if form == 'one':
-            for a in attempts:
-                f.write(resp('EVALSHA', sha, len(keys), *keys, *a))
-        else:
-            f.write(resp('EVALSHA', sha, len(keys), *keys, *[x for a in attempts for x in (*a, 'admit')]))
-        f.write(resp('WAIT', 0, 0))
-        unmarked += attempts
-        while marks and len(unmarked) >= marks:
-            batch_marks, unmarked = unmarked[:marks], unmarked[marks:]
-            f.write(resp('EVALSHA', psha, 2, keys[0], keys[4], *[x for a in batch_marks for x in (a[0], a[1], a[3])]))
-PY
+python3 "$(dirname "$0")/admit_calls.py" "$DIR" "$N" "$BATCH" "$SHA" --form "$FORM" --levels "${LEVELS:-1}" \
+  --marks "${MARKS:-0}" --persisted-sha "$PSHA" --wait
 redis-cli -p "$PORT" --pipe < "$DIR/setup.resp" >/dev/null
 callgrind_control -z "$VP" >/dev/null 2>&1
 redis-cli -p "$PORT" --pipe < "$DIR/calls.resp" > "$DIR/pipe.log"

@@ -230,17 +230,22 @@ impl ClusterModel {
         Some(())
     }
 
+    /// What a `WAIT` on `shard`, on a connection opened in `epoch`, answers: an error once the
+    /// shard failed over since (the connection broke), else acknowledged or short.
+    fn verdict(n: &mut ClusterState, shard: u8, epoch: u8, acked: bool) -> Option<bool> {
+        if epoch != n.epoch[shard as usize] {
+            return None;
+        }
+        if acked {
+            Self::acknowledge(n, shard);
+        }
+        Some(acked)
+    }
+
     fn wait(&self, n: &mut ClusterState, event: u8, acked: bool) -> Option<()> {
         let g = n.round.as_ref()?.iter().position(|g| g.event == event)?;
         let Stage::Sent { shard, epoch, replies } = n.round.as_ref()?[g].stage.clone() else { return None };
-        let verdict = if epoch != n.epoch[shard as usize] {
-            None
-        } else {
-            if acked {
-                Self::acknowledge(n, shard);
-            }
-            Some(acked)
-        };
+        let verdict = Self::verdict(n, shard, epoch, acked);
         n.round.as_mut()?[g].stage = Stage::Done { replies, verdict };
         let round = n.round.as_mut()?;
         if self.switches.any_shard_acks_the_round && Self::decided(round) {
@@ -263,14 +268,7 @@ impl ClusterModel {
             return None;
         }
         let Stage::Sent { shard, epoch, .. } = round[0].stage else { return None };
-        let verdict = if epoch != n.epoch[shard as usize] {
-            None
-        } else {
-            if acked {
-                Self::acknowledge(n, shard);
-            }
-            Some(acked)
-        };
+        let verdict = Self::verdict(n, shard, epoch, acked);
         for g in n.round.as_mut()? {
             let Stage::Sent { replies, .. } = &g.stage else { return None };
             g.stage = Stage::Done { replies: replies.clone(), verdict };
