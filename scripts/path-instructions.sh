@@ -4,9 +4,9 @@
 # in rounds of the same size (redis-instructions.sh), both counted by callgrind: instruction counts
 # do not move with the machine's load, CPU seconds do (issue 32's target: at most 1.25x).
 # A private sale whose primary runs under callgrind, with its replica; `seatrush serve` with
-# rounds and database batches held at fixed sizes (callgrind slows the primary down, so the queues
-# fill every round to its maximum: the sizes are the operating point, set here to what the release
-# closed loop runs at); a closed loop of `seatrush-lab bench --url` for DURATION_S seconds,
+# rounds and database batches capped at what the release closed loop runs at, one committer
+# connection and a writer that lingers for more, so that at callgrind's pace the rounds still fill
+# (the script prints the sizes it ran at: the marks' batches stay below MARKS); a closed loop of `seatrush-lab bench --url` for DURATION_S seconds,
 # counted from its first request to its last. What the primary does by the clock rather than by
 # the admission (the reaper's passes, the heal's sweep, availability snapshots) is counted again
 # over as long a quiet stretch right after the load and taken off: under callgrind the load runs
@@ -14,7 +14,8 @@
 # Kernel time (system calls) is not in these counts.
 # Usage: scripts/path-instructions.sh SEATRUSH_BIN [OUT_DIR]
 #   ROUND (default 5): admits a committer round sends; MARKS (default 13): bookings a database
-#   batch writes, and so marks a persisted call carries; CODES (20000), DURATION_S (30).
+#   batch writes, and so marks a persisted call carries; COMMITTERS (1); LINGER_MS (40);
+#   CODES (20000), DURATION_S (30); BENCH_ARGS (--connections 32).
 set -euo pipefail
 S=$(realpath "$1"); OUT=${2:-bench-out/path-instructions}
 L=$(realpath "${LAB:-$(dirname "$S")/seatrush-lab}")
@@ -43,7 +44,7 @@ calls() { # CMD: how many times the primary ran it so far
 waits_before=$(calls wait); evals_before=$(calls evalsha)
 callgrind_control -z "$VP" >/dev/null 2>&1
 start=$(date +%s.%N)
-"$L" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --duration-s "$DURATION_S" --out-dir "$OUT" ${BENCH_ARGS:---connections 24} 2>&1 | grep -a -E "loop|checks" || true
+"$L" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --duration-s "$DURATION_S" --out-dir "$OUT" ${BENCH_ARGS:---connections 32} 2>&1 | grep -a -E "loop|checks" || true
 loaded_s=$(echo "$(date +%s.%N) - $start" | bc)
 total=$(count)
 waits=$(( $(calls wait) - waits_before )); evals=$(( $(calls evalsha) - evals_before ))
