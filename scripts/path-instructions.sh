@@ -28,11 +28,9 @@ trap cleanup EXIT
 CODES=${CODES:-20000}; DURATION_S=${DURATION_S:-30}; ROUND=${ROUND:-5}; MARKS=${MARKS:-13}
 PRIMARY_WRAP="valgrind --tool=callgrind --callgrind-out-file=$DIR/cg.out" private_sale "$DIR" "$CODES"
 VP=${PIDS[0]}
-"$S" event apply "$DIR/event.toml" >/dev/null
-"$S" allowlist import --event bench "$DIR/codes.txt" >/dev/null
-"$S" open --event bench >/dev/null
+private_open "$S"
 "$S" serve --listen "127.0.0.1:$HTTP" --refusal-rate-per-minute 0 --commit-batch-max "$ROUND" --persist-batch-max "$MARKS" --commit-connections "${COMMITTERS:-1}" --persist-linger-ms "${LINGER_MS:-40}" > "$DIR/serve.log" 2>&1 & PIDS+=($!)
-for _ in $(seq 300); do curl -s "http://127.0.0.1:$HTTP/healthz" >/dev/null && break; sleep 0.1; done
+wait_healthy 30
 count() { # the instructions since the last zeroing, dumped to a file of their own
   callgrind_control -d "$VP" >/dev/null 2>&1
   local dump; dump=$(ls "$DIR"/cg.out.* | sort -V | tail -1)

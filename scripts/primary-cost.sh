@@ -21,11 +21,9 @@ trap cleanup EXIT
 . "$(dirname "$0")/private-sale.sh"
 CODES=${CODES:-300000}; DURATION_S=${DURATION_S:-10}; REF_N=${REF_N:-100000}
 private_sale "$DIR" "$CODES"
-"$S" event apply "$DIR/event.toml" >/dev/null
-"$S" allowlist import --event bench "$DIR/codes.txt" >/dev/null
-for attempt in 1 2 3; do "$S" open --event bench >/dev/null && break; [ "$attempt" = 3 ] && exit 1; done
+private_open "$S"
 "$S" serve --listen "127.0.0.1:$HTTP" --refusal-rate-per-minute 0 > "$DIR/serve.log" 2>&1 & PIDS+=($!)
-for _ in $(seq 100); do curl -s "http://127.0.0.1:$HTTP/healthz" >/dev/null && break; sleep 0.1; done
+wait_healthy 10
 
 # INFO cpu + commandstats of the primary as "name value" lines: cpu (seconds, user + sys) and,
 # per command, its calls and its microseconds.

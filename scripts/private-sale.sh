@@ -4,6 +4,8 @@
 # DB=postgres: a fresh database on the local PostgreSQL (127.0.0.1:5432, user postgres) instead of
 # the SQLite file, dropped by private_db_drop (call it from the caller's cleanup).
 # PRIMARY_WRAP: a command the primary runs under (path-instructions.sh: valgrind --tool=callgrind).
+# private_open SEATRUSH_BIN then applies the event, imports its codes and opens it; wait_healthy
+# SECONDS waits for serve's /healthz.
 # Sets P1 (primary port), HTTP (a free port for serve), PIDS (stopped by the caller's cleanup),
 # and exports SEATRUSH_DATABASE_URL and SEATRUSH_REDIS_URL.
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -31,4 +33,20 @@ with open('$dir/codes.txt','w') as f:
 
 private_db_drop() {
   [ -n "${PRIVATE_DB:-}" ] && psql -q -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS $PRIVATE_DB WITH (FORCE)" >/dev/null 2>&1 || true
+}
+
+private_open() { # SEATRUSH_BIN: the event applied, its codes imported, the event opened
+  # On a loaded machine a staging command can pass the Redis response timeout; open is safe to
+  # run again (staged keys, then an atomic switch).
+  local s=$1 attempt
+  "$s" event apply "$DIR/event.toml" >/dev/null
+  "$s" allowlist import --event bench "$DIR/codes.txt" >/dev/null
+  for attempt in 1 2 3; do "$s" open --event bench >/dev/null 2>&1 && return 0; done
+  echo "open failed three times"; return 1
+}
+
+wait_healthy() { # SECONDS: until serve on $HTTP answers /healthz
+  local _
+  for _ in $(seq $(( $1 * 10 ))); do curl -s "http://127.0.0.1:$HTTP/healthz" >/dev/null && return 0; sleep 0.1; done
+  echo "serve did not answer /healthz in $1 s"; return 1
 }

@@ -17,12 +17,10 @@ trap cleanup EXIT
 . "$(dirname "$0")/private-sale.sh"
 CODES=${CODES:-20000}
 private_sale "$DIR" "$CODES"
-"$S" event apply "$DIR/event.toml" >/dev/null
-"$S" allowlist import --event bench "$DIR/codes.txt" >/dev/null
-"$S" open --event bench >/dev/null 2>&1
+private_open "$S"
 valgrind --tool=callgrind --callgrind-out-file="$OUTF" "$S" serve --listen "127.0.0.1:$HTTP" --refusal-rate-per-minute 0 \
   --commit-batch-max 1 --persist-batch-max 1 > "$DIR/serve.log" 2>&1 & SERVE=$!; PIDS+=($SERVE)
-for _ in $(seq 600); do curl -s "http://127.0.0.1:$HTTP/healthz" >/dev/null && break; sleep 0.2; done
+wait_healthy 120
 "$L" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --code-start 0 --requests-max 300 --rate 50 --connections 8 --duration-s 3 --out-dir "$DIR/warm" >/dev/null 2>&1
 callgrind_control -z "$SERVE" >/dev/null
 "$L" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --code-start 1000 --rate "${RATE:-400}" --connections 32 --duration-s "${DUR:-10}" --out-dir "$DIR/out" 2>&1 | grep -a -E 'loop|checks'
