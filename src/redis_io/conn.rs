@@ -81,8 +81,8 @@ impl RedisConn {
     /// `send` on a clone of this connection, sent again after each of [`CLUSTER_RESEND_PAUSES`]
     /// while the reply means the node ran nothing. The client is built without the crate's own
     /// retries (`link.rs`), so a `MOVED` only rebuilds the slot map and comes back here; sending
-    /// again reaches the new owner. Not for a pipeline carrying a `WAIT` (the committer's, which
-    /// resends its own with the same pauses).
+    /// again reaches the new owner. The committer's round keeps a loop of its own with the same
+    /// pauses: its `NOSCRIPT` reload shares one budget of pauses with these resends.
     pub async fn resending<T, Fut>(&self, mut send: impl FnMut(RedisConn) -> Fut) -> RedisResult<T>
     where
         Fut: Future<Output = RedisResult<T>>,

@@ -14,7 +14,7 @@ use crate::domain::event::EventId;
 /// The holds' clock in SQL, in milliseconds: PostgreSQL's own (as `clock_ms` reads it and the
 /// hold's write stamps it); for SQLite the host's, which `now_ms` reads and SQLite's `unixepoch`
 /// reads too, fixed for the statement. PostgreSQL's `clock_timestamp()` is read anew at every
-/// call, so a statement names it once, in [`clock_cte`], and reads `clock.ms` where it decides and
+/// call, so a statement names it once, in [`clock_cte`], and reads that row where it decides and
 /// where it stamps: two reads a millisecond apart stamped a payment at its hold's very end after
 /// judging it before (the cluster fault runs found one in 17,060 requests).
 fn now_ms_sql(store: &Store) -> &'static str {

@@ -466,10 +466,10 @@ async fn tls_a_booking_is_admitted_through_rediss_cluster_and_a_plain_cluster_ur
     // primary wrote, the admission included, over TLS replication.
     let offset = |port: u16, field: &str| -> i64 {
         let info: String = cluster.command(port, redis::cmd("INFO").arg("replication")).unwrap();
-        info.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().parse().ok()).unwrap()
+        seatrush_lab::cluster::info_field(&info, field).unwrap()
     };
     let deadline = Instant::now() + Duration::from_secs(5);
-    while offset(replica, "slave_repl_offset:") != offset(primary, "master_repl_offset:") {
+    while offset(replica, "slave_repl_offset") != offset(primary, "master_repl_offset") {
         assert!(Instant::now() < deadline, "the event's replica caught up with its primary over TLS");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
