@@ -63,14 +63,37 @@ for i = 1, n do
   end
 end
 local free = redis.call('ZCARD', KEYS[4])
--- Per level: its cap (false when it has none), its seats held so far, and with per-level
--- numbering its block's offset and free seats (a level without a base takes from the whole pool).
-local caps, taken, added, bases, level_free = {}, {}, {}, {}, {}
+-- Per level the call names: its cap (false when it has none), its seats held so far, and with
+-- per-level numbering its block's offset and free seats (a level without a base takes from the
+-- whole pool). Read for every level at once, one HMGET a hash, not three HGETs a level: nothing
+-- is written before the end, so a read up front sees what a read at the first attempt would.
+local levels, caps, taken, added, bases, level_free = {}, {}, {}, {}, {}, {}
+for i = 1, n do
+  local lvl = ARGV[i * 5 - 2]
+  if added[lvl] == nil then
+    added[lvl] = 0
+    levels[#levels + 1] = lvl
+  end
+end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- The window: false while fresh admissions may go on, else the refusal they all get.
 local window = false
-local meta = redis.call('HMGET', KEYS[6], 'state', 'opens_at_ms', 'closes_at_ms')
+local meta_fields = {'state', 'opens_at_ms', 'closes_at_ms'}
+for k, lvl in ipairs(levels) do
+  meta_fields[3 + k] = 'base:' .. lvl
+end
+local meta = redis.call('HMGET', KEYS[6], unpack(meta_fields))
+local cap_of = redis.call('HMGET', KEYS[3], unpack(levels))
+local taken_of = redis.call('HMGET', KEYS[2], unpack(levels))
+for k, lvl in ipairs(levels) do
+  caps[lvl] = cap_of[k]
+  taken[lvl] = tonumber(taken_of[k] or '0')
+  if cap_of[k] and meta[3 + k] then
+    bases[lvl] = tonumber(meta[3 + k])
+    level_free[lvl] = redis.call('ZCOUNT', KEYS[4], bases[lvl] + 1, bases[lvl] + tonumber(cap_of[k]))
+  end
+end
 if meta[1] ~= 'open' and meta[1] ~= 'closed' then
   window = -7
 elseif meta[1] == 'closed' or (meta[3] and now >= tonumber(meta[3])) then
@@ -115,16 +138,6 @@ for i = 1, n do
   elseif window then
     reply = window
   else
-    if caps[lvl] == nil then
-      caps[lvl] = redis.call('HGET', KEYS[3], lvl)
-      taken[lvl] = tonumber(redis.call('HGET', KEYS[2], lvl) or '0')
-      added[lvl] = 0
-      local base = caps[lvl] and redis.call('HGET', KEYS[6], 'base:' .. lvl)
-      if base then
-        bases[lvl] = tonumber(base)
-        level_free[lvl] = redis.call('ZCOUNT', KEYS[4], bases[lvl] + 1, bases[lvl] + tonumber(caps[lvl]))
-      end
-    end
     if not caps[lvl] then
       reply = {err = 'ERR unknown level'}
     elseif taken[lvl] >= tonumber(caps[lvl]) then
@@ -173,6 +186,9 @@ if #admitted > 0 then
   end
   local pending = {}
   local next_whole = 0
+  -- Concatenation, and the clock turned to text once: string.format calls sprintf for every
+  -- item, five an admission (issue 32).
+  local at = string.format('%d', now)
   for _, i in ipairs(admitted) do
     local code, a = codes[i], replies[i]
     local seat
@@ -183,16 +199,20 @@ if #admitted > 0 then
       next_whole = next_whole + 1
       seat = pool[next_whole]
     end
-    records[code] = string.format('%s %s %s %s %d', a.nonce, a.id, seat, a.level, now)
+    records[code] = a.nonce .. ' ' .. a.id .. ' ' .. seat .. ' ' .. a.level .. ' ' .. at
     a.reply = {tonumber(seat), now, a.id, a.level}
     pending[#pending + 1] = now
     pending[#pending + 1] = code
   end
-  for lvl, count in pairs(added) do
-    if count > 0 then
-      redis.call('HINCRBY', KEYS[2], lvl, count)
+  -- Every level's new count in one HSET, from the count read above: nothing else wrote it since.
+  local counts = {}
+  for _, lvl in ipairs(levels) do
+    if added[lvl] > 0 then
+      counts[#counts + 1] = lvl
+      counts[#counts + 1] = taken[lvl]
     end
   end
+  redis.call('HSET', KEYS[2], unpack(counts))
   redis.call('ZADD', KEYS[5], unpack(pending))
 end
 if #written > 0 then

@@ -28,8 +28,10 @@ for first = 1, marks, CHUNK do
   for k, record in ipairs(records) do
     if record then
       local m = first + k - 1
-      local nonce, admission = string.match(record, '^(%S+) (%S+) ')
-      if nonce == ARGV[m * 3 - 1] and admission == ARGV[m * 3] then
+      -- The record begins "nonce admission-id ": a prefix test, not a pattern match (nonces and
+      -- admission ids have no spaces: Nonce::parse, fresh_admission_id).
+      local prefix = ARGV[m * 3 - 1] .. ' ' .. ARGV[m * 3] .. ' '
+      if string.sub(record, 1, #prefix) == prefix then
         drop[#drop + 1] = codes[k]
       end
     end
