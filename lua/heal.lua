@@ -51,9 +51,14 @@ end
 local applied = {}
 for i = 0, n - 1 do
   local code, record, level, seat = ARGV[2 + i * 4], ARGV[3 + i * 4], ARGV[4 + i * 4], ARGV[5 + i * 4]
-  local seat_in_use = not redis.call('ZSCORE', KEYS[3], seat) and held(seat)
-  local moving = redis.call('HEXISTS', KEYS[5], code) == 1
-  if not seat_in_use and not moving and redis.call('HSETNX', KEYS[1], code, record) == 1 then
+  -- The code's record first: a busy sale's every sweep finds holders admitted since it read
+  -- Redis, whose seats are out of the pool, and for each the seat check would read every record
+  -- (HVALS, a pattern match a record: a third of a second on the primary at 300,000 records,
+  -- issue 32). Such a group is left whatever its seat, so the seat is looked at only without one.
+  local unrecorded = redis.call('HEXISTS', KEYS[1], code) == 0
+  local seat_in_use = unrecorded and not redis.call('ZSCORE', KEYS[3], seat) and held(seat)
+  local moving = unrecorded and redis.call('HEXISTS', KEYS[5], code) == 1
+  if unrecorded and not seat_in_use and not moving and redis.call('HSETNX', KEYS[1], code, record) == 1 then
     if held_by_records then
       held_by_records[seat] = true
     end

@@ -338,3 +338,46 @@ async fn a_retry_redis_forgot_gets_its_seat_after_close() {
     assert_eq!(app.book("CODE-00001", "A1", &nonce("second")).await.status_str(), "closed");
     assert_eq!(app.book("CODE-00002", "A1", &nonce("x")).await.status_str(), "closed");
 }
+
+/// `cmdstat_hvals` calls on the server on `port`.
+fn hvals_calls(port: u16) -> u64 {
+    let info: String =
+        seatrush::demo::redis_server::command_at(port, redis::cmd("INFO").arg("commandstats")).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_hvals:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// A sweep during a busy sale finds holders admitted since it read Redis: their codes have
+/// records by the time heal.lua runs, and their seats are out of the pool. heal.lua leaves each
+/// at its record, without reading every record of the event to see who holds its seat.
+#[tokio::test]
+async fn a_holder_admitted_since_the_heal_read_redis_is_left_without_reading_every_record() {
+    use seatrush::demo::redis_server::{RedisOptions, RedisServer};
+    use seatrush::domain::event::EventId;
+    use seatrush::redis_io::keys::EventKeys;
+    let server = tokio::task::spawn_blocking(|| RedisServer::start(&RedisOptions::default())).await.unwrap().unwrap();
+    let port = server.port;
+    let keys = EventKeys::new(&EventId::parse("heal-scan").unwrap());
+    let at = |cmd: &mut redis::Cmd| seatrush::demo::redis_server::command_at::<redis::Value>(port, cmd).unwrap();
+    at(redis::cmd("SET").arg(&keys.lock).arg("owner"));
+    at(redis::cmd("ZADD").arg(&keys.free).arg(1).arg(1).arg(2).arg(2));
+    at(redis::cmd("HSET").arg(&keys.adm).arg("in-flight").arg("n1 a1 5 A1 1000").arg("other").arg("n2 a2 6 A1 1000"));
+    let heal = redis::Script::new(include_str!("../../lua/heal.lua"));
+    let run = |groups: &[[&str; 4]]| -> Vec<i64> {
+        let mut call = heal.prepare_invoke();
+        call.key(&keys.adm).key(&keys.taken).key(&keys.free).key(&keys.lock).key(&keys.moves).arg("owner");
+        for group in groups {
+            call.arg(group[0]).arg(group[1]).arg(group[2]).arg(group[3]);
+        }
+        let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection().unwrap();
+        call.invoke(&mut conn).unwrap()
+    };
+    let before = hvals_calls(port);
+    assert_eq!(run(&[["in-flight", "n0 a0 5 A1 900", "A1", "5"]]), vec![0], "the code's record stays");
+    assert_eq!(hvals_calls(port), before, "no record was read to place seat 5");
+    // A holder Redis truly lost, whose seat is out of the pool: that one needs the seat check.
+    assert_eq!(run(&[["lost", "n3 a3 7 A1 900", "A1", "7"]]), vec![1], "the lost holder comes back");
+    assert_eq!(hvals_calls(port), before + 1, "seat 7 was looked for among the records");
+}
