@@ -24,7 +24,7 @@ valgrind --tool=callgrind --callgrind-out-file="$DIR/cg.out" redis-server --port
 for _ in $(seq 200); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.2; done
 if [ "${REPLICA:-0}" = 1 ]; then
   RPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --replicaof 127.0.0.1 "$PORT" > "$DIR/replica.log" 2>&1 & RP=$!
+  redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" --replicaof 127.0.0.1 "$PORT" > "$DIR/replica.log" 2>&1 & RP=$!
   for _ in $(seq 300); do
     redis-cli -p "$RPORT" info replication 2>/dev/null | grep -q "master_link_status:up" && break; sleep 0.2
   done

@@ -18,6 +18,14 @@ pub const NODE_TIMEOUT_MS: u64 = 2000;
 /// the target's replicas to hold what the `MIGRATE`s wrote.
 const MIGRATE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A slot in the middle of its move ([`TestCluster::move_keys_of`]).
+pub struct SlotMove {
+    slot: u16,
+    to: u16,
+    to_id: String,
+    deadline: Instant,
+}
+
 pub struct TestCluster {
     /// Every node, in the order `create` was given them: the primaries first.
     pub nodes: Vec<RedisServer>,
@@ -228,6 +236,16 @@ impl TestCluster {
     /// either wait is bounded by [`MIGRATE_TIMEOUT`], then an error, with the slot still the
     /// source's.
     pub fn migrate_slot_of(&self, key: &str, to: u16) -> anyhow::Result<()> {
+        let moving = self.move_keys_of(key, to)?;
+        self.hand_over(&moving)
+    }
+
+    /// The first half of [`TestCluster::migrate_slot_of`]: the target imports `key`'s slot, the
+    /// source migrates it, and its keys are `MIGRATE`d. The slot is left in the middle of its
+    /// move, with its keys on the target and the source still its owner: a command of it meets
+    /// `ASK` at the source (or `TRYAGAIN` while some of its keys are still there), and is served
+    /// at the target after `ASKING` once all its keys are there.
+    pub fn move_keys_of(&self, key: &str, to: u16) -> anyhow::Result<SlotMove> {
         let from = self.primary_of(key)?;
         anyhow::ensure!(from != to, "the slot of {key} is already on {to}");
         let slot: u16 = self.command(from, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))?;
@@ -256,9 +274,16 @@ impl TestCluster {
                 Err(e) => return Err(e.context(format!("migrating slot {slot} from {from} to {to}"))),
             }
         }
-        self.wait_replicas_hold(to, deadline).with_context(|| format!("migrating slot {slot} to {to}"))?;
+        Ok(SlotMove { slot, to, to_id, deadline })
+    }
+
+    /// The second half of [`TestCluster::migrate_slot_of`]: once the target's replicas hold the
+    /// keys, every primary is told the target owns the slot.
+    pub fn hand_over(&self, moving: &SlotMove) -> anyhow::Result<()> {
+        let SlotMove { slot, to, to_id, deadline } = moving;
+        self.wait_replicas_hold(*to, *deadline).with_context(|| format!("migrating slot {slot} to {to}"))?;
         for port in self.primary_ports()? {
-            self.command::<()>(port, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id))?;
+            self.command::<()>(port, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(to_id))?;
         }
         Ok(())
     }

@@ -35,17 +35,138 @@ pub fn ran_nothing(err: &RedisError) -> bool {
     matches!(err.kind(), redis::ErrorKind::Server(Moved | Ask | TryAgain | ClusterDown))
 }
 
+/// Where and when a request the cluster ran nothing of goes again. A `MOVED` or `ASK` names the
+/// node that serves the slot: the first goes there at once, by its address; any later one, and
+/// every `TRYAGAIN` or `CLUSTERDOWN`, after the next of [`CLUSTER_RESEND_PAUSES`] (about 1.5 s in
+/// all), to the node the last redirect named, else by the crate's slot map.
+pub struct Resend {
+    plain: RedisConn,
+    target: RedisConn,
+    pauses: std::slice::Iter<'static, Duration>,
+    followed: bool,
+}
+
+impl Resend {
+    pub fn new(conn: &RedisConn) -> Self {
+        Self { plain: conn.clone(), target: conn.clone(), pauses: CLUSTER_RESEND_PAUSES.iter(), followed: false }
+    }
+
+    /// The connection the next send goes on.
+    pub fn target(&self) -> RedisConn {
+        self.target.clone()
+    }
+
+    /// After `err`: `Ok` once the request may go again (on [`Resend::target`]), else `err` back:
+    /// the node ran the request or may have, or the pauses ran out.
+    pub async fn after(&mut self, err: RedisError) -> RedisResult<()> {
+        // A redirected connection finds no connection of the crate's to its address when the
+        // node is new to it: nothing was sent, and the slot map's own route is tried next.
+        let unsent =
+            matches!(self.target, RedisConn::At(_)) && err.kind() == redis::ErrorKind::ClusterConnectionNotFound;
+        if !ran_nothing(&err) && !unsent {
+            return Err(err);
+        }
+        let next = self.plain.redirected(&err);
+        if let Some(next) = next.clone().filter(|_| !self.followed) {
+            tracing::debug!(error = %err, to = ?next, "the slot is served elsewhere; sending there");
+            self.followed = true;
+            self.target = next;
+            return Ok(());
+        }
+        let Some(pause) = self.pauses.next() else { return Err(err) };
+        tracing::debug!(error = %err, ?pause, "the node ran nothing; sending again");
+        tokio::time::sleep(*pause).await;
+        self.target = next.unwrap_or_else(|| self.plain.clone());
+        Ok(())
+    }
+}
+
 #[derive(Clone)]
 pub enum RedisConn {
     /// The one primary.
     Node(MultiplexedConnection),
     /// A Redis Cluster: a connection to each primary, routed by slot.
     Cluster(ClusterConnection),
+    /// A Redis Cluster's connection sent to the one node a `MOVED` or `ASK` reply named, by its
+    /// address ([`RedisConn::redirected`]).
+    At(Redirect),
+}
+
+/// Where a cluster said a slot is served: every command goes to that node, by its address.
+#[derive(Clone)]
+pub struct Redirect {
+    conn: ClusterConnection,
+    host: String,
+    port: u16,
+    /// `ASK`: the node is importing the slot, and serves a command of it only after `ASKING`.
+    asking: bool,
+}
+
+impl Redirect {
+    fn route(&self) -> SingleNodeRoutingInfo {
+        SingleNodeRoutingInfo::ByAddress { host: self.host.clone(), port: self.port }
+    }
+
+    async fn query(mut self, cmd: Cmd) -> RedisResult<Value> {
+        if !self.asking {
+            return self.conn.route_command(cmd, RoutingInfo::SingleNode(self.route())).await;
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd);
+        let mut values = self.pipeline(pipe, 0, 1).await?;
+        values.pop().ok_or_else(|| RedisError::from((redis::ErrorKind::Parse, "no reply after ASKING")))
+    }
+
+    /// The pipeline's replies, each command after its own `ASKING` when the slot is importing
+    /// (`ASKING` holds for one command).
+    async fn pipeline(mut self, pipeline: Pipeline, offset: usize, count: usize) -> RedisResult<Vec<Value>> {
+        let route = self.route();
+        if !self.asking || pipeline.is_transaction() {
+            return self.conn.route_pipeline(pipeline, offset, count, route).await;
+        }
+        let mut asked = redis::pipe();
+        asked.ignore_errors();
+        for cmd in pipeline.cmd_iter() {
+            asked.add_command(redis::cmd("ASKING"));
+            asked.add_command(cmd.clone());
+        }
+        let commands = asked.len();
+        let values = self.conn.route_pipeline(asked, 0, commands, route).await?;
+        Ok(values.into_iter().skip(1).step_by(2).skip(offset).take(count).collect())
+    }
 }
 
 impl RedisConn {
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Self::Cluster(_))
+        matches!(self, Self::Cluster(_) | Self::At(_))
+    }
+
+    /// For a cluster's `MOVED` or `ASK`, this connection sent to the node the reply named; none
+    /// for any other reply, or on a single primary. The crate's slot map, rebuilt after a `MOVED`,
+    /// may still name the old owner for a while (a node asked for the map had not heard of the
+    /// move yet); the node that answered `MOVED` knows where the slot went.
+    pub fn redirected(&self, err: &RedisError) -> Option<RedisConn> {
+        let conn = match self {
+            Self::Node(_) => return None,
+            Self::Cluster(conn) => conn,
+            Self::At(at) => &at.conn,
+        };
+        let (address, _slot) = err.redirect_node()?;
+        let (host, port) = address.rsplit_once(':')?;
+        Some(Self::At(Redirect {
+            conn: conn.clone(),
+            host: host.to_string(),
+            port: port.parse().ok()?,
+            asking: matches!(err.kind(), redis::ErrorKind::Server(redis::ServerErrorKind::Ask)),
+        }))
+    }
+
+    /// `host:port` of the node a redirected connection goes to.
+    pub fn redirect_address(&self) -> Option<String> {
+        match self {
+            Self::At(at) => Some(format!("{}:{}", at.host, at.port)),
+            _ => None,
+        }
     }
 
     /// `WAIT replicas timeout` for the writes made on this connection to the node that holds
@@ -75,29 +196,23 @@ impl RedisConn {
                     conn.route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)));
                 redis::from_redis_value(reply.await?).map_err(redis::RedisError::from)
             }
+            Self::At(at) => redis::from_redis_value(at.clone().query(cmd).await?).map_err(redis::RedisError::from),
         }
     }
 
-    /// `send` on a clone of this connection, sent again after each of [`CLUSTER_RESEND_PAUSES`]
-    /// while the reply means the node ran nothing. The client is built without the crate's own
-    /// retries (`link.rs`), so a `MOVED` only rebuilds the slot map and comes back here; sending
-    /// again reaches the new owner. The committer's round keeps a loop of its own with the same
-    /// pauses: its `NOSCRIPT` reload shares one budget of pauses with these resends.
+    /// `send` on a clone of this connection, sent again while the reply means the node ran
+    /// nothing ([`Resend`]). The client is built without the crate's own retries (`link.rs`), so
+    /// every `MOVED`, `ASK`, `TRYAGAIN` and `CLUSTERDOWN` comes back here. The committer's round
+    /// keeps a loop of its own around a [`Resend`]: its `NOSCRIPT` reload goes in the same budget.
     pub async fn resending<T, Fut>(&self, mut send: impl FnMut(RedisConn) -> Fut) -> RedisResult<T>
     where
         Fut: Future<Output = RedisResult<T>>,
     {
-        let mut pauses = CLUSTER_RESEND_PAUSES.iter();
+        let mut resend = Resend::new(self);
         loop {
-            match send(self.clone()).await {
-                Err(err) if ran_nothing(&err) => match pauses.next() {
-                    Some(pause) => {
-                        tracing::debug!(error = %err, ?pause, "the node ran nothing; sending again");
-                        tokio::time::sleep(*pause).await;
-                    }
-                    None => return Err(err),
-                },
-                other => return other,
+            match send(resend.target()).await {
+                Err(err) => resend.after(err).await?,
+                ok => return ok,
             }
         }
     }
@@ -119,7 +234,11 @@ impl RedisConn {
 
 impl std::fmt::Debug for RedisConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.is_cluster() { "RedisConn::Cluster" } else { "RedisConn::Node" })
+        match self {
+            Self::Node(_) => f.write_str("RedisConn::Node"),
+            Self::Cluster(_) => f.write_str("RedisConn::Cluster"),
+            Self::At(at) => write!(f, "RedisConn::At({}:{})", at.host, at.port),
+        }
     }
 }
 
@@ -128,6 +247,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Node(conn) => conn.req_packed_command(cmd),
             Self::Cluster(conn) => conn.req_packed_command(cmd),
+            Self::At(at) => at.clone().query(cmd.clone()).boxed(),
         }
     }
 
@@ -140,6 +260,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
             Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::At(at) => at.clone().pipeline(pipeline.clone(), offset, count).boxed(),
         }
     }
 
@@ -147,6 +268,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Node(conn) => conn.get_db(),
             Self::Cluster(conn) => conn.get_db(),
+            Self::At(at) => at.conn.get_db(),
         }
     }
 }

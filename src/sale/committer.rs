@@ -21,7 +21,7 @@ use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::nonce::Nonce;
 use crate::fault_hooks::{BrokenGuard, CrashPoint, FaultPlan};
-use crate::redis_io::conn::{ran_nothing, RedisConn, CLUSTER_RESEND_PAUSES};
+use crate::redis_io::conn::{RedisConn, Resend};
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::{is_no_replicas, needs_reconnect, RedisLink};
 use crate::redis_io::scripts::{
@@ -303,11 +303,12 @@ impl Worker {
 
     /// One event's admits and its node's `WAIT`, in one pipeline. A reply that means the node
     /// ran nothing (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`: a slot moving or a failover) sends
-    /// the pipeline again after a pause, while the slot map is rebuilt, until the pauses run out;
-    /// a `NOSCRIPT` loads the script and sends it again at once.
+    /// the whole pipeline again, the `WAIT` with it, to the node a redirect named or after a
+    /// pause ([`Resend`]), until the pauses run out; a `NOSCRIPT` loads the script on the node
+    /// that answered it and sends it again at once.
     async fn event_round(
         &self,
-        mut conn: RedisConn,
+        conn: RedisConn,
         calls: &[&AdmitCall],
         group: &[usize],
     ) -> Result<(Vec<Result<AdmitReply, RedisError>>, Result<bool, RedisError>), RedisError> {
@@ -321,19 +322,15 @@ impl Worker {
             pipe.add_command(self.wait_cmd());
         }
         let mut loaded = false;
-        let mut pauses = CLUSTER_RESEND_PAUSES.iter();
+        let mut resend = Resend::new(&conn);
         loop {
+            let mut conn = resend.target();
             let mut values: Vec<Value> = match pipe.query_async(&mut conn).await {
                 Ok(values) => values,
-                Err(err) if ran_nothing(&err) => match pauses.next() {
-                    Some(pause) => {
-                        tracing::debug!(error = %err, ?pause, "the event's node ran nothing; sending its admits again");
-                        tokio::time::sleep(*pause).await;
-                        continue;
-                    }
-                    None => return Err(err),
-                },
-                Err(err) => return Err(err),
+                Err(err) => {
+                    resend.after(err).await?;
+                    continue;
+                }
             };
             let acked = match waits {
                 true => pop_wait_reply(&mut values).map(|n| n >= i64::from(self.policy.replicas)),

@@ -450,3 +450,52 @@ async fn open_close_and_open_again_just_after_the_events_slot_migrated() {
     let state: Option<String> = cluster.command(to, redis::cmd("HGET").arg(&key).arg("state")).unwrap();
     assert_eq!(state.as_deref(), Some("open"), "the event is open on its new primary");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_reply_is_followed_to_the_node_it_names() {
+    let (cluster, events, link) = start_three_primaries().await;
+    let ((event, _), (_, to)) = (events[0].clone(), events[1].clone());
+    let key = EventKeys::new(&event).meta;
+    let conn = link.check().await.unwrap();
+    let mut set = redis::cmd("HSET");
+    set.arg(&key).arg("probe").arg("before the move");
+    conn.resending(|mut c| {
+        let set = set.clone();
+        async move { set.query_async::<()>(&mut c).await }
+    })
+    .await
+    .unwrap();
+    tokio::task::block_in_place(|| cluster.migrate_slot_of(&key, to)).unwrap();
+    // The connection's slot map still names the old owner, so the first send meets MOVED; the
+    // next goes to the node the MOVED named, not to wherever a rebuilt map would point.
+    let targets = std::sync::Mutex::new(Vec::new());
+    let read: Option<String> = conn
+        .resending(|mut c| {
+            targets.lock().unwrap().push(c.redirect_address());
+            let mut get = redis::cmd("HGET");
+            get.arg(&key).arg("probe");
+            async move { get.query_async(&mut c).await }
+        })
+        .await
+        .unwrap();
+    assert_eq!(read.as_deref(), Some("before the move"));
+    assert_eq!(*targets.lock().unwrap(), vec![None, Some(format!("127.0.0.1:{to}"))]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_lock_is_taken_in_the_middle_of_its_slots_migration() {
+    let (cluster, events, link) = start_three_primaries().await;
+    let ((event, _), (_, to)) = (events[0].clone(), events[1].clone());
+    let conn = link.check().await.unwrap();
+    let key = EventKeys::new(&event).lock;
+    let moving = tokio::task::block_in_place(|| cluster.move_keys_of(&key, to)).unwrap();
+    // The source still owns the slot and answers ASK; the target, importing it, serves the lock
+    // after ASKING, at once rather than after the slot's hand-over.
+    let lock = OperatorLock::acquire(&conn, &event, "lock test").await.expect("taken on the importing node");
+    tokio::task::block_in_place(|| cluster.hand_over(&moving)).unwrap();
+    let held: Option<String> = cluster.command(to, redis::cmd("GET").arg(&key)).unwrap();
+    assert!(held.is_some(), "the lock was written on the node the slot moved to");
+    lock.release().await.expect("released on its new primary");
+    let held: Option<String> = cluster.command(to, redis::cmd("GET").arg(&key)).unwrap();
+    assert_eq!(held, None);
+}

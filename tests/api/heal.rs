@@ -341,8 +341,7 @@ async fn a_retry_redis_forgot_gets_its_seat_after_close() {
 
 /// `cmdstat_hvals` calls on the server on `port`.
 fn hvals_calls(port: u16) -> u64 {
-    let info: String =
-        seatrush::demo::redis_server::command_at(port, redis::cmd("INFO").arg("commandstats")).unwrap();
+    let info: String = seatrush::demo::redis_server::command_at(port, redis::cmd("INFO").arg("commandstats")).unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix("cmdstat_hvals:calls="))
         .and_then(|rest| rest.split(',').next())
