@@ -49,6 +49,8 @@ pub struct HealReport {
     pub seats_returned: usize,
     /// Holders heal.lua left for the next heal: their code, or their seat, was another
     /// admission's still in flight (lua/heal.lua). The heal loop asks again at its next check.
+    /// A holder whose code has, by then, a record of its own admission is not counted: Redis
+    /// lacks nothing of it (`Sale::deferred`).
     pub deferred: usize,
 }
 
@@ -121,6 +123,20 @@ impl Sale {
         Ok(healed)
     }
 
+    /// Of the holders heal.lua left, those still to heal: not the ones whose code now has a
+    /// record of their own admission. A busy sale's every heal finds such holders, admitted
+    /// after it read Redis and persisted before it read the database; counted as deferred, each
+    /// would start the next heal at once, a whole read of the event every second for as long as
+    /// the crowd books (issue 32).
+    async fn deferred(&self, conn: &mut RedisConn, keys: &EventKeys, left: &[&BookingRow]) -> anyhow::Result<usize> {
+        if left.is_empty() {
+            return Ok(0);
+        }
+        let codes: Vec<&str> = left.iter().map(|r| r.code.as_str()).collect();
+        let records: Vec<Option<String>> = redis::cmd("HMGET").arg(&keys.adm).arg(&codes).query_async(conn).await?;
+        Ok(still_missing(left, &records))
+    }
+
     async fn heal_locked(&self, conn: &mut RedisConn, id: &EventId, lock: &OperatorLock) -> anyhow::Result<Healed> {
         let keys = EventKeys::new(id);
         let state: Option<String> = redis::cmd("HGET").arg(&keys.meta).arg("state").query_async(conn).await?;
@@ -172,7 +188,9 @@ impl Sale {
                 redis::Value::Int(-1) => anyhow::bail!("the heal lost the operator lock of {id}"),
                 value => redis::from_redis_value(value).context("heal.lua reply")?,
             };
-            report.deferred += applied.iter().filter(|a| **a == 0).count();
+            let left: Vec<&BookingRow> =
+                chunk.iter().zip(&applied).filter(|(_, a)| **a == 0).map(|(r, _)| *r).collect();
+            report.deferred += self.deferred(conn, &keys, &left).await?;
             restored.extend(chunk.iter().zip(applied).filter(|(_, a)| *a == 1).map(|(r, _)| *r));
         }
         report.restored = restored.len();
@@ -269,4 +287,42 @@ fn released_row(adm: &Admission) -> Option<BookingRow> {
         admitted_ms: adm.admitted_ms,
         hold_until_ms: 0,
     })
+}
+
+/// How many of `left` lack a record of their own admission, given each one's code's record now
+/// (`None`: no record). A record's second word is its admission id.
+fn still_missing(left: &[&BookingRow], records: &[Option<String>]) -> usize {
+    let own = |r: &BookingRow, record: &Option<String>| {
+        record.as_deref().and_then(|rec| rec.split(' ').nth(1)) == Some(r.admission_id.as_str())
+    };
+    left.iter().zip(records).filter(|(r, record)| !own(r, record)).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::code::CodeHash;
+    use crate::domain::event::LevelName;
+    use crate::domain::nonce::Nonce;
+
+    fn holder(code: char, admission: &str) -> BookingRow {
+        BookingRow {
+            code: CodeHash::from_hex(&code.to_string().repeat(64)).unwrap(),
+            nonce: Nonce::parse("nonce-0001").unwrap(),
+            admission_id: admission.into(),
+            slot: 1,
+            level: LevelName::parse("A1").unwrap(),
+            state: BookingState::Held,
+            admitted_ms: 0,
+            hold_until_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_holder_whose_code_now_has_a_record_of_its_own_admission_is_not_deferred() {
+        let (own, other, none) = (holder('a', "adm1"), holder('b', "adm2"), holder('c', "adm3"));
+        let records = [Some("nonce-0001 adm1 1 A1 0".to_string()), Some("nonce-0002 adm9 2 A1 0".to_string()), None];
+        assert_eq!(still_missing(&[&own, &other, &none], &records), 2, "another admission's record, and none");
+        assert_eq!(still_missing(&[&own], &records[..1]), 0);
+    }
 }
