@@ -28,6 +28,21 @@ pub const CLUSTER_RESEND_PAUSES: [Duration; 5] = [
     Duration::from_millis(800),
 ];
 
+/// The same for an operator command (the operator lock's take, renewal and release): about 9.5 s
+/// in all, longer than a cluster's failover (the node timeout, then the election: 3–4.5 s in the
+/// fault runs), during which the slot's `MOVED` names a primary that is gone. Nobody in the crowd
+/// waits on these.
+pub const OPERATOR_RESEND_PAUSES: [Duration; 8] = [
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+    Duration::from_millis(800),
+    Duration::from_millis(1600),
+    Duration::from_millis(3200),
+    Duration::from_millis(3200),
+];
+
 /// True for a cluster's answers that mean the command did not run on this node: the slot lives
 /// elsewhere now or for the moment, or the cluster cannot serve it yet.
 pub fn ran_nothing(err: &RedisError) -> bool {
@@ -48,7 +63,11 @@ pub struct Resend {
 
 impl Resend {
     pub fn new(conn: &RedisConn) -> Self {
-        Self { plain: conn.clone(), target: conn.clone(), pauses: CLUSTER_RESEND_PAUSES.iter(), followed: false }
+        Self::with_pauses(conn, &CLUSTER_RESEND_PAUSES)
+    }
+
+    pub fn with_pauses(conn: &RedisConn, pauses: &'static [Duration]) -> Self {
+        Self { plain: conn.clone(), target: conn.clone(), pauses: pauses.iter(), followed: false }
     }
 
     /// The connection the next send goes on.
@@ -204,11 +223,23 @@ impl RedisConn {
     /// nothing ([`Resend`]). The client is built without the crate's own retries (`link.rs`), so
     /// every `MOVED`, `ASK`, `TRYAGAIN` and `CLUSTERDOWN` comes back here. The committer's round
     /// keeps a loop of its own around a [`Resend`]: its `NOSCRIPT` reload goes in the same budget.
-    pub async fn resending<T, Fut>(&self, mut send: impl FnMut(RedisConn) -> Fut) -> RedisResult<T>
+    pub async fn resending<T, Fut>(&self, send: impl FnMut(RedisConn) -> Fut) -> RedisResult<T>
     where
         Fut: Future<Output = RedisResult<T>>,
     {
-        let mut resend = Resend::new(self);
+        self.resending_with(&CLUSTER_RESEND_PAUSES, send).await
+    }
+
+    /// [`RedisConn::resending`] with pauses of the caller's.
+    pub async fn resending_with<T, Fut>(
+        &self,
+        pauses: &'static [Duration],
+        mut send: impl FnMut(RedisConn) -> Fut,
+    ) -> RedisResult<T>
+    where
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let mut resend = Resend::with_pauses(self, pauses);
         loop {
             match send(resend.target()).await {
                 Err(err) => resend.after(err).await?,

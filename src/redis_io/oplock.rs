@@ -7,7 +7,7 @@
 //! and `close` are also conditional on the state they read (see `ops/loader.rs`).
 
 use crate::domain::event::EventId;
-use crate::redis_io::conn::RedisConn;
+use crate::redis_io::conn::{RedisConn, OPERATOR_RESEND_PAUSES};
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::scripts::{self, Script};
 use std::time::Duration;
@@ -21,11 +21,16 @@ static RENEW: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/lock_renew.lua")));
 
 /// Renews the lock for `ttl_ms` (0 frees it) if `owner` still holds it: 1 if it did. Sent again
-/// after a reply that ran nothing: a release lost to a `MOVED` would hold the lock for the rest
-/// of [`LOCK_TTL`] and refuse the next operator command.
+/// after a reply that ran nothing, for as long as a cluster's failover lasts
+/// ([`OPERATOR_RESEND_PAUSES`]): a release lost to a `MOVED` would hold the lock for the rest of
+/// [`LOCK_TTL`] and refuse the next operator command.
 async fn renew_once(conn: &RedisConn, key: &str, owner: &str, ttl_ms: u64) -> redis::RedisResult<i64> {
     let call = &RENEW.call(&[key], &[owner, &ttl_ms.to_string()]);
-    conn.resending(|mut conn| async move { scripts::run_as(&mut conn, &RENEW, call).await }).await
+    conn.resending_with(
+        &OPERATOR_RESEND_PAUSES,
+        |mut conn| async move { scripts::run_as(&mut conn, &RENEW, call).await },
+    )
+    .await
 }
 
 /// `SET key owner NX PX ttl`: the owner's name when taken, none when another holds the lock.
@@ -33,7 +38,7 @@ async fn take(conn: &RedisConn, key: &str, owner: &str) -> redis::RedisResult<Op
     let mut set = redis::cmd("SET");
     set.arg(key).arg(owner).arg("NX").arg("PX").arg(LOCK_TTL.as_millis() as u64);
     let set = &set;
-    conn.resending(|mut conn| async move { set.query_async(&mut conn).await }).await
+    conn.resending_with(&OPERATOR_RESEND_PAUSES, |mut conn| async move { set.query_async(&mut conn).await }).await
 }
 
 /// Who holds the lock and for how much longer, for the refusal.
@@ -41,7 +46,7 @@ async fn holder(conn: &RedisConn, key: &str) -> redis::RedisResult<(Option<Strin
     let mut read = redis::pipe();
     read.get(key).pttl(key);
     let read = &read;
-    conn.resending(|mut conn| async move { read.query_async(&mut conn).await }).await
+    conn.resending_with(&OPERATOR_RESEND_PAUSES, |mut conn| async move { read.query_async(&mut conn).await }).await
 }
 
 #[derive(Debug, thiserror::Error)]
