@@ -17,21 +17,10 @@ use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use std::future::Future;
 use std::time::Duration;
 
-/// Pauses before a request that a cluster node ran nothing of is sent again: about 1.5 s in all,
-/// inside the committer's persist deadline, for a slot map rebuilt after a failover or the end of
-/// a slot's migration.
-pub const CLUSTER_RESEND_PAUSES: [Duration; 5] = [
-    Duration::from_millis(50),
-    Duration::from_millis(100),
-    Duration::from_millis(200),
-    Duration::from_millis(400),
-    Duration::from_millis(800),
-];
-
-/// The same for an operator command (the operator lock's take, renewal and release): about 9.5 s
-/// in all, longer than a cluster's failover (the node timeout, then the election: 3–4.5 s in the
-/// fault runs), during which the slot's `MOVED` names a primary that is gone. Nobody in the crowd
-/// waits on these.
+/// Pauses before an operator command (the operator lock's take, renewal and release) that a
+/// cluster node ran nothing of is sent again: about 9.5 s in all, longer than a cluster's failover
+/// (the node timeout, then the election: 3–4.5 s in the fault runs), during which the slot's
+/// `MOVED` names a primary that is gone. Nobody in the crowd waits on these.
 pub const OPERATOR_RESEND_PAUSES: [Duration; 8] = [
     Duration::from_millis(50),
     Duration::from_millis(100),
@@ -43,6 +32,11 @@ pub const OPERATOR_RESEND_PAUSES: [Duration; 8] = [
     Duration::from_millis(3200),
 ];
 
+/// The same series for everything else, its first five: about 1.5 s in all, inside the
+/// committer's persist deadline, for a slot map rebuilt after a failover or the end of a slot's
+/// migration.
+pub const CLUSTER_RESEND_PAUSES: &[Duration] = OPERATOR_RESEND_PAUSES.split_at(5).0;
+
 /// True for a cluster's answers that mean the command did not run on this node: the slot lives
 /// elsewhere now or for the moment, or the cluster cannot serve it yet.
 pub fn ran_nothing(err: &RedisError) -> bool {
@@ -52,8 +46,8 @@ pub fn ran_nothing(err: &RedisError) -> bool {
 
 /// Where and when a request the cluster ran nothing of goes again. A `MOVED` or `ASK` names the
 /// node that serves the slot: the first goes there at once, by its address; any later one, and
-/// every `TRYAGAIN` or `CLUSTERDOWN`, after the next of [`CLUSTER_RESEND_PAUSES`] (about 1.5 s in
-/// all), to the node the last redirect named, else by the crate's slot map.
+/// every `TRYAGAIN` or `CLUSTERDOWN`, after the next of its pauses ([`CLUSTER_RESEND_PAUSES`]
+/// unless given others), to the node the last redirect named, else by the crate's slot map.
 pub struct Resend {
     plain: RedisConn,
     target: RedisConn,
@@ -63,7 +57,7 @@ pub struct Resend {
 
 impl Resend {
     pub fn new(conn: &RedisConn) -> Self {
-        Self::with_pauses(conn, &CLUSTER_RESEND_PAUSES)
+        Self::with_pauses(conn, CLUSTER_RESEND_PAUSES)
     }
 
     pub fn with_pauses(conn: &RedisConn, pauses: &'static [Duration]) -> Self {
@@ -227,7 +221,7 @@ impl RedisConn {
     where
         Fut: Future<Output = RedisResult<T>>,
     {
-        self.resending_with(&CLUSTER_RESEND_PAUSES, send).await
+        self.resending_with(CLUSTER_RESEND_PAUSES, send).await
     }
 
     /// [`RedisConn::resending`] with pauses of the caller's.

@@ -290,10 +290,13 @@ fn released_row(adm: &Admission) -> Option<BookingRow> {
 }
 
 /// How many of `left` lack a record of their own admission, given each one's code's record now
-/// (`None`: no record). A record's second word is its admission id.
+/// (`None`: no record).
 fn still_missing(left: &[&BookingRow], records: &[Option<String>]) -> usize {
     let own = |r: &BookingRow, record: &Option<String>| {
-        record.as_deref().and_then(|rec| rec.split(' ').nth(1)) == Some(r.admission_id.as_str())
+        record
+            .as_deref()
+            .and_then(|rec| Admission::from_record(r.code.clone(), rec))
+            .is_some_and(|adm| adm.id == r.admission_id)
     };
     left.iter().zip(records).filter(|(r, record)| !own(r, record)).count()
 }

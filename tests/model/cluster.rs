@@ -8,7 +8,7 @@
 //! primary; every connection to it breaks) at any moment, and a slot migrates at any moment.
 //!
 //! The real code: `src/sale/committer.rs` `Worker::cluster_round`, `Worker::event_round`
-//! (`CLUSTER_RESEND_PAUSES`, `ran_nothing`), `committed`; `src/redis_io/conn.rs` (the crate's
+//! (`conn::Resend`), `committed`; `src/redis_io/conn.rs` (the crate's
 //! per-node connections). The scripts are `scripts.rs`'s (admit, undo, persisted), the ones
 //! `lua_match` compares with the real Lua; each event's keys and its shard's stream are
 //! `replication.rs`'s `Replicated`.
