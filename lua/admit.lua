@@ -13,7 +13,9 @@
 -- KEYS[2] {ev:ID}:taken    hash  level -> seats held in that level (pending, persisted or paid)
 -- KEYS[3] {ev:ID}:cap      hash  level -> cap
 -- KEYS[4] {ev:ID}:free     zset  free seat numbers, score = seat number
--- KEYS[5] {ev:ID}:pending  zset  code hash -> admitted-ms, admissions not yet in the database
+-- KEYS[5] {ev:ID}:pending  zset  "code-hash admission-id" -> admitted-ms, admissions not yet in the
+--                                database (named by their admission, so the database writer's mark
+--                                is a plain ZREM that can only drop its own: issue 32)
 -- KEYS[6] {ev:ID}:meta     hash  state ("open" once switched in, "closed"), opens_at_ms, closes_at_ms,
 --                                and with per-level seat numbering base:LEVEL, the level's block
 --                                offset: its seats are base+1 .. base+cap (docs/design.md#seat-numbering)
@@ -202,7 +204,7 @@ if #admitted > 0 then
     records[code] = a.nonce .. ' ' .. a.id .. ' ' .. seat .. ' ' .. a.level .. ' ' .. at
     a.reply = {tonumber(seat), now, a.id, a.level}
     pending[#pending + 1] = now
-    pending[#pending + 1] = code
+    pending[#pending + 1] = code .. ' ' .. a.id
   end
   -- Every level's new count in one HSET, from the count read above: nothing else wrote it since.
   local counts = {}

@@ -11,7 +11,7 @@
 -- KEYS[2] {ev:ID}:taken    hash  level -> seats held
 -- KEYS[3] {ev:ID}:cap      hash  level -> cap
 -- KEYS[4] {ev:ID}:free     zset  free seat numbers
--- KEYS[5] {ev:ID}:pending  zset  admissions not yet in the database
+-- KEYS[5] {ev:ID}:pending  zset  "code-hash admission-id": admissions not yet in the database
 -- KEYS[6] {ev:ID}:moves    hash  code hash -> "move-id nonce admission-id old-slot old-level new-slot new-level"
 -- KEYS[7] {ev:ID}:moving   zset  code hash -> when its move began (Redis's clock, ms)
 -- KEYS[8] {ev:ID}:meta     hash  with per-level seat numbering base:LEVEL, the new level's block
@@ -36,7 +36,7 @@ local nonce, admission, slot, level, admitted = string.match(record, '^(%S+) (%S
 if nonce ~= ARGV[2] or admission ~= ARGV[3] then
   return -1
 end
-if redis.call('ZSCORE', KEYS[5], ARGV[1]) then
+if redis.call('ZSCORE', KEYS[5], ARGV[1] .. ' ' .. admission) then
   return -4
 end
 if redis.call('HEXISTS', KEYS[6], ARGV[1]) == 1 then

@@ -9,7 +9,7 @@
 -- KEYS[1] {ev:ID}:adm      hash  code hash -> "nonce admission-id slot level admitted-ms"
 -- KEYS[2] {ev:ID}:taken    hash  level -> seats held
 -- KEYS[3] {ev:ID}:free     zset  free seat numbers
--- KEYS[4] {ev:ID}:pending  zset  code hash -> admitted-ms
+-- KEYS[4] {ev:ID}:pending  zset  "code-hash admission-id" -> admitted-ms
 -- KEYS[5] {ev:ID}:syncs    string  releases run, counted on every call
 -- KEYS[6] {ev:ID}:meta     hash    state, closes_at_ms (the waiting list closes with the sale)
 -- KEYS[7] {ev:ID}:waitq    zset    "LEVEL SEQ CODE-HASH", the waiting list (lua/with_offer.lua)
@@ -44,5 +44,5 @@ redis.call('HINCRBY', KEYS[2], level, -1)
 local offers = ARGV[4] and offer_room({adm = KEYS[1], pending = KEYS[4], meta = KEYS[6], waitq = KEYS[7],
   waiters = KEYS[8], allow = KEYS[9], cap = KEYS[10], taken = KEYS[2], free = KEYS[3]}, {ARGV[4]}) or {}
 redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1] .. ' ' .. ARGV[3])
 return offers[1] or 1

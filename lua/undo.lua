@@ -10,7 +10,7 @@
 -- KEYS[1] {ev:ID}:adm      hash  code hash -> "nonce admission-id slot level admitted-ms"
 -- KEYS[2] {ev:ID}:taken    hash  level -> seats held
 -- KEYS[3] {ev:ID}:free     zset  free seat numbers
--- KEYS[4] {ev:ID}:pending  zset  code hash -> admitted-ms
+-- KEYS[4] {ev:ID}:pending  zset  "code-hash admission-id" -> admitted-ms
 -- ARGV[1] code hash
 -- ARGV[2] nonce
 -- ARGV[3] admission id
@@ -39,7 +39,7 @@ local nonce, admission, slot, level = string.match(record, '^(%S+) (%S+) (%d+) (
 if nonce ~= ARGV[2] or admission ~= ARGV[3] then
   return 0
 end
-if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
+if not redis.call('ZSCORE', KEYS[4], ARGV[1] .. ' ' .. ARGV[3]) then
   return 0
 end
 if ARGV[4] ~= 'seat-held' then
@@ -49,5 +49,5 @@ redis.call('HINCRBY', KEYS[2], level, -1)
 local offers = ARGV[5] and offer_room({adm = KEYS[1], pending = KEYS[4], meta = KEYS[5], waitq = KEYS[6],
   waiters = KEYS[7], allow = KEYS[8], cap = KEYS[9], taken = KEYS[2], free = KEYS[3]}, {ARGV[5]}) or {}
 redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1] .. ' ' .. ARGV[3])
 return offers[1] or 1

@@ -93,7 +93,7 @@ local function offer_room(k, ids)
       redis.call('HINCRBY', k.taken, level, 1)
       taken[level] = taken[level] + 1
       redis.call('HSET', k.adm, code, string.format('%s %s %s %s %d', nonce, id, seat, level, now))
-      redis.call('ZADD', k.pending, now, code)
+      redis.call('ZADD', k.pending, now, code .. ' ' .. id)
       offers[#offers + 1] = {code, nonce, id, tonumber(seat), level, now, tonumber(joined)}
     else
       skips = skips + 1

@@ -5,7 +5,8 @@ bare admit script's cost (redis-instructions.sh, primary-cost.sh).
 Writes DIR/setup.resp (an open event of the given levels, each with a cap no round reaches, and N
 free seats) and DIR/calls.resp (N fresh codes in rounds of BATCH attempts, each round one
 admit.lua call, or BATCH calls of one attempt with --form one; with --wait a `WAIT 0 0` after each
-round; with --marks M, after every M admissions a persisted.lua call marking them)."""
+round; with --marks M, after every M admissions one ZREM marking them, as the database writer's
+mark does: pending entries are named "code-hash admission-id")."""
 import argparse
 import hashlib
 
@@ -27,7 +28,6 @@ def main():
     p.add_argument('--form', choices=['many', 'one'], default='many')
     p.add_argument('--levels', type=int, default=1, help='levels asked for in turn: A1, B1, C1')
     p.add_argument('--marks', type=int, default=0)
-    p.add_argument('--persisted-sha', default='')
     p.add_argument('--tag', default='ev:b', help="the event's hash tag")
     p.add_argument('--wait', action='store_true')
     a = p.parse_args()
@@ -58,8 +58,7 @@ def main():
             unmarked += attempts
             while a.marks and len(unmarked) >= a.marks:
                 marked, unmarked = unmarked[:a.marks], unmarked[a.marks:]
-                f.write(resp('EVALSHA', a.persisted_sha, 2, keys[0], keys[4],
-                             *[x for t in marked for x in (t[0], t[1], t[3])]))
+                f.write(resp('ZREM', keys[4], *['%s %s' % (t[0], t[3]) for t in marked]))
 
 
 if __name__ == '__main__':

@@ -14,7 +14,7 @@
 # Kernel time (system calls) is not in these counts.
 # Usage: scripts/path-instructions.sh SEATRUSH_BIN [OUT_DIR]
 #   ROUND (default 5): admits a committer round sends; MARKS (default 13): bookings a database
-#   batch writes, and so marks a persisted call carries; COMMITTERS (1); LINGER_MS (40);
+#   batch writes, and so marks a mark's ZREM carries; COMMITTERS (1); LINGER_MS (40);
 #   CODES (20000), DURATION_S (30); BENCH_ARGS (--connections 32); WAIT_TIMEOUT_MS (2000: the
 #   primary runs some fifty times slower under callgrind, and at serve's 200 ms a WAIT now and
 #   then falls short, whose settling and heal are no part of a sale's hot path).
@@ -41,18 +41,18 @@ count() { # the instructions since the last zeroing, dumped to a file of their o
 calls() { # CMD: how many times the primary ran it so far
   redis-cli -p "$P1" info commandstats | tr -d '\r' | sed -nE "s/^cmdstat_$1:calls=([0-9]+),.*/\1/p" | grep . || echo 0
 }
-waits_before=$(calls wait); evals_before=$(calls evalsha)
+waits_before=$(calls wait); evals_before=$(calls evalsha); zrems_before=$(calls zrem)
 callgrind_control -z "$VP" >/dev/null 2>&1
 start=$(date +%s.%N)
 "$L" bench --url "http://127.0.0.1:$HTTP" --codes "$CODES" --duration-s "$DURATION_S" --out-dir "$OUT" ${BENCH_ARGS:---connections 32} 2>&1 | grep -a -E "loop|checks" || true
 loaded_s=$(echo "$(date +%s.%N) - $start" | bc)
 total=$(count)
-waits=$(( $(calls wait) - waits_before )); evals=$(( $(calls evalsha) - evals_before ))
+waits=$(( $(calls wait) - waits_before )); evals=$(( $(calls evalsha) - evals_before )); zrems=$(( $(calls zrem) - zrems_before ))
 cp "$(ls "$DIR"/cg.out.* | sort -V | tail -1)" "$OUT/primary.callgrind"; cp "$DIR/serve.log" "$OUT/serve.log"
 callgrind_control -z "$VP" >/dev/null 2>&1
 sleep "$loaded_s"
 quiet=$(count)
 admitted=$(python3 -c "import json; print(json.load(open('$OUT/report.json'))['admitted'])")
 echo "hot path, rounds of $ROUND, marks $MARKS a call: $admitted admitted in ${loaded_s%.*} s; $((total / admitted)) instructions per admission, $(((total - quiet) / admitted)) without the clock's share ($((quiet / ${loaded_s%.*})) a second when quiet; callgrind dump: $OUT/primary.callgrind, serve's log: $OUT/serve.log)"
-echo "  the load's rounds: $waits WAITs, $admitted admitted: $(echo "scale=1; $admitted / $waits" | bc) admissions a round; $((evals - waits)) other script calls (the marks, mostly): $(echo "scale=1; $admitted / ($evals - $waits)" | bc) admissions each"
+echo "  the load's rounds: $waits WAITs, $admitted admitted: $(echo "scale=1; $admitted / $waits" | bc) admissions a round; $((evals - waits)) other script calls; $zrems ZREMs (the marks): $(echo "scale=1; $admitted / $zrems" | bc) admissions each"
 REPLICA=1 LEVELS=3 "$(dirname "$0")/redis-instructions.sh" "$(dirname "$0")/../lua/admit.lua" "$ROUND" 20000

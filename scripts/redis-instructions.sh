@@ -9,7 +9,7 @@
 #   issue 10's sixth pass); FORM=one: BATCH calls of one attempt each (four arguments, the
 #   admit.lua before it: `git show 7180ad0:lua/admit.lua`).
 #   LEVELS (default 1): levels the attempts ask for in turn (3: A1, B1, C1, the bench's event).
-#   MARKS (default 0): after every MARKS admissions, one persisted.lua call marking them, as the
+#   MARKS (default 0): after every MARKS admissions, one ZREM marking them, as the
 #   database writer's batch does (0: no marks, the bare script).
 #   REPLICA (default 0): 1 attaches a replica (a plain redis-server, not counted) before the
 #   calls, so the primary feeds it every script's writes as a sale's primary does.
@@ -31,9 +31,8 @@ if [ "${REPLICA:-0}" = 1 ]; then
   redis-cli -p "$RPORT" info replication | grep -q "master_link_status:up" || { echo "the replica never synced"; exit 1; }
 fi
 SHA=$(redis-cli -p "$PORT" script load "$(cat "$LUA")")
-PSHA=$(redis-cli -p "$PORT" script load "$(cat "$(dirname "$LUA")/persisted.lua")")
 python3 "$(dirname "$0")/admit_calls.py" "$DIR" "$N" "$BATCH" "$SHA" --form "$FORM" --levels "${LEVELS:-1}" \
-  --marks "${MARKS:-0}" --persisted-sha "$PSHA" --wait
+  --marks "${MARKS:-0}" --wait
 redis-cli -p "$PORT" --pipe < "$DIR/setup.resp" >/dev/null
 callgrind_control -z "$VP" >/dev/null 2>&1
 redis-cli -p "$PORT" --pipe < "$DIR/calls.resp" > "$DIR/pipe.log"

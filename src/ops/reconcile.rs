@@ -12,7 +12,7 @@ use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
 use crate::redis_io::conn::RedisConn;
-use crate::redis_io::keys::EventKeys;
+use crate::redis_io::keys::{parse_pending_member, pending_member, EventKeys};
 use crate::redis_io::link::RedisLink;
 use crate::redis_io::oplock::OperatorLock;
 use crate::redis_io::scripts::admission_record;
@@ -189,7 +189,7 @@ pub async fn compare(conn: &mut RedisConn, store: &Store, id: &EventId) -> anyho
         if persisted {
             continue;
         }
-        if pending.contains(code) {
+        if pending.contains(&pending_member(code, &adm.id)) {
             if let Some(l) = c.levels.get_mut(&adm.level) {
                 l.pending += 1;
             }
@@ -392,15 +392,17 @@ pub async fn unsettled(
 ) -> anyhow::Result<Vec<String>> {
     let keys = EventKeys::new(&event.spec.id);
     let cutoff_ms = conn.now_ms(&keys.pending).await? - persist_timeout.as_millis() as i64;
-    let codes: Vec<String> =
+    let members: Vec<String> =
         redis::cmd("ZRANGEBYSCORE").arg(&keys.pending).arg("-inf").arg(cutoff_ms).query_async(conn).await?;
-    let mut found = Vec::with_capacity(codes.len());
-    for code in codes {
-        let record: Option<String> = redis::cmd("HGET").arg(&keys.adm).arg(&code).query_async(conn).await?;
-        let adm = CodeHash::from_hex(&code).zip(record).and_then(|(hash, r)| Admission::from_record(hash, &r));
+    let mut found = Vec::with_capacity(members.len());
+    for member in members {
+        let (code, id) = parse_pending_member(&member).unwrap_or((&member, ""));
+        let record: Option<String> = redis::cmd("HGET").arg(&keys.adm).arg(code).query_async(conn).await?;
+        let adm = CodeHash::from_hex(code).zip(record).and_then(|(hash, r)| Admission::from_record(hash, &r));
         let short = &code[..code.len().min(12)];
         found.push(match adm {
             None => format!("{short}…: pending without a readable admission record"),
+            Some(a) if a.id != id => format!("{short}…: pending for admission {id}, but the record is admission {}", a.id),
             Some(a) if !event.spec.levels.keys().any(|l| l.as_str() == a.level) => {
                 format!("{short}…: level {} no longer exists in the database (the reaper skips it); put the level back with `event apply`", a.level)
             }

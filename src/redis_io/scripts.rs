@@ -5,7 +5,7 @@
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::nonce::Nonce;
-use crate::redis_io::keys::EventKeys;
+use crate::redis_io::keys::{pending_member, EventKeys};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 /// One script: its source and SHA-1.
@@ -51,7 +51,6 @@ pub struct Scripts {
     pub admit: Script,
     pub undo: Script,
     pub release: Script,
-    pub persisted: Script,
     pub heal: Script,
     pub heal_seats: Script,
     pub waitlist: Script,
@@ -103,7 +102,6 @@ impl Scripts {
             admit: Script::new(admit),
             undo: Script::new(with_offer(include_str!("../../lua/undo.lua"))),
             release: Script::new(with_offer(include_str!("../../lua/release.lua"))),
-            persisted: Script::new(include_str!("../../lua/persisted.lua")),
             heal: Script::new(include_str!("../../lua/heal.lua")),
             heal_seats: Script::new(with_offer(include_str!("../../lua/heal_seats.lua"))),
             waitlist: Script::new(include_str!("../../lua/waitlist.lua")),
@@ -117,8 +115,8 @@ impl Scripts {
         Self { admit: Script::new(admit), ..Self::new() }
     }
 
-    pub fn all(&self) -> [&Script; 7] {
-        [&self.admit, &self.undo, &self.release, &self.persisted, &self.heal, &self.heal_seats, &self.waitlist]
+    pub fn all(&self) -> [&Script; 6] {
+        [&self.admit, &self.undo, &self.release, &self.heal, &self.heal_seats, &self.waitlist]
     }
 
     /// One admit attempt in its own call.
@@ -200,16 +198,19 @@ impl Scripts {
             &[code.as_str(), nonce.as_str(), level, &waiters_max.to_string()],
         )
     }
+}
 
-    pub fn persisted_call(&self, keys: &EventKeys, admission: &Admission) -> Cmd {
-        self.persisted_batch_call(keys, std::iter::once(admission))
+/// The mark of admissions the database now holds: their pending entries dropped by name, in one
+/// `ZREM` (no script: each entry is named by its admission, [`pending_member`], so a mark can only
+/// drop its own, whatever happened to the code since). `ZREM` is not refused under OOM: it only
+/// frees memory. Replies with the number of entries dropped. `admissions` must not be empty.
+pub fn persisted_call<'a>(keys: &EventKeys, admissions: impl IntoIterator<Item = &'a Admission>) -> Cmd {
+    let mut zrem = redis::cmd("ZREM");
+    zrem.arg(&keys.pending);
+    for a in admissions {
+        zrem.arg(pending_member(a.code.as_str(), &a.id));
     }
-
-    /// One `persisted` call for many admissions of one event (the database writer's batch).
-    pub fn persisted_batch_call<'a>(&self, keys: &EventKeys, admissions: impl Iterator<Item = &'a Admission>) -> Cmd {
-        let args: Vec<&str> = admissions.flat_map(|a| [a.code.as_str(), a.nonce.as_str(), &a.id]).collect();
-        self.persisted.call(&[&keys.adm, &keys.pending], &args)
-    }
+    zrem
 }
 
 impl Default for Scripts {
@@ -518,7 +519,7 @@ impl JoinReply {
     }
 }
 
-/// Decodes the 0/1 reply of undo, release and persisted.
+/// Decodes the 0/1 reply of undo and release (and of a one-admission mark).
 pub fn decode_changed(value: Value) -> Result<bool, ReplyError> {
     match value {
         Value::Int(1) => Ok(true),

@@ -13,7 +13,8 @@ pub struct RedisSide {
     pub free: Vec<i64>,
     /// code hash -> admission record
     pub records: HashMap<String, String>,
-    /// code hashes of admissions not yet in the database
+    /// admissions not yet in the database, as their entries are named: "code-hash admission-id"
+    /// (`keys::pending_member`)
     pub pending: Vec<String>,
     /// code hash -> a move in flight (move.lua's marker, until move_settle.lua)
     pub moves: HashMap<String, String>,

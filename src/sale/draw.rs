@@ -12,7 +12,7 @@ use crate::domain::code::CodeHash;
 use crate::domain::event::{now_ms, EventId};
 use crate::domain::nonce::Nonce;
 use crate::redis_io::conn::RedisConn;
-use crate::redis_io::keys::EventKeys;
+use crate::redis_io::keys::{parse_pending_member, EventKeys};
 use crate::redis_io::link::RESPONSE_TIMEOUT;
 use crate::redis_io::scripts::{self, admit_replies, decode_attempt, AdmitArgs, AdmitReply, Script};
 use crate::sale::booking::{Booked, BookingRequest, Refusal};
@@ -157,6 +157,7 @@ impl Sale {
         let pending: Vec<String> = redis::cmd("ZRANGE").arg(&keys.pending).arg(0).arg(-1).query_async(conn).await?;
         let retries: Vec<BookingRequest> = pending
             .iter()
+            .filter_map(|member| parse_pending_member(member).map(|(code, _)| code))
             .filter(|c| marks.get(*c).is_some_and(|m| m.ends_with(" admitted")))
             .filter_map(|code| {
                 let (nonce, level) = entries.get(code)?.split_once(' ')?;

@@ -19,7 +19,7 @@
 use crate::domain::admission::Admission;
 use crate::domain::event::{EventId, LevelName};
 use crate::redis_io::conn::RedisConn;
-use crate::redis_io::keys::EventKeys;
+use crate::redis_io::keys::{pending_member, EventKeys};
 use crate::redis_io::oplock::{LockError, OperatorLock};
 use crate::redis_io::scripts;
 use crate::redis_io::snapshot::RedisSide;
@@ -154,7 +154,7 @@ impl Sale {
             let Some(hash) = crate::domain::code::CodeHash::from_hex(code) else { continue };
             let Some(adm) = Admission::from_record(hash, record) else { continue };
             let holder = held.get(code.as_str());
-            if pending.contains(code.as_str()) {
+            if pending.contains(pending_member(code, &adm.id).as_str()) {
                 if holder.is_some_and(|r| r.admission_id != adm.id) {
                     in_flight.insert(code.as_str());
                 }

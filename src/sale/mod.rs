@@ -195,12 +195,7 @@ impl Sale {
         let persister = Persister::start(
             store.dedicated(settings.persist.connections()),
             settings.persist,
-            Some(PersistedMarks {
-                link: link.clone(),
-                scripts: scripts.clone(),
-                crash: crash.clone(),
-                heal: heal_wanted.clone(),
-            }),
+            Some(PersistedMarks { link: link.clone(), crash: crash.clone(), heal: heal_wanted.clone() }),
             stats.clone(),
         )?;
         let seat_reads = match persister.sqlite_writer() {
@@ -238,6 +233,16 @@ impl Sale {
     pub async fn run_script(&self, script: &scripts::Script, cmd: redis::Cmd) -> Result<redis::Value, RedisError> {
         let mut conn = self.link.shared().await?;
         self.run_script_on(&mut conn, script, &cmd).await
+    }
+
+    /// One plain command on the shared connection (a mark: `scripts::persisted_call`).
+    pub async fn run_command(&self, cmd: redis::Cmd) -> Result<redis::Value, RedisError> {
+        let mut conn = self.link.shared().await?;
+        let result = cmd.query_async(&mut conn).await;
+        if let Err(e) = &result {
+            self.link.report(e).await;
+        }
+        result
     }
 
     /// One script call on `conn`, which the caller keeps (for a `WAIT` that must cover it).

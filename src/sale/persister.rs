@@ -7,14 +7,14 @@
 //! writers anyway, so big batches beat many writers waiting on `busy_timeout`.
 //!
 //! Once a batch has committed, the writer also drops the pending entries of the bookings it holds
-//! ([`PersistedMarks`]): one script call per event of the batch instead of one per request (issue
+//! ([`PersistedMarks`]): one `ZREM` per event of the batch instead of one call per request (issue
 //! 10: a round trip, then a command and a reply per booking, were each a visible share of
 //! `serve`'s CPU). Only then are the callers answered, so the order stays row, mark, `201`.
 
 use crate::fault_hooks::{CrashPoint, FaultPlan};
 use crate::redis_io::keys::EventKeys;
 use crate::redis_io::link::RedisLink;
-use crate::redis_io::scripts::{is_noscript, Scripts};
+use crate::redis_io::scripts::persisted_call;
 use crate::sale::heal::HealWanted;
 use crate::sale::stats::Stats;
 use crate::store::{HoldItem, HoldOutcome, PostgresBatchWriter, SqliteBatchWriter, Store, StoreError, Written};
@@ -66,18 +66,18 @@ struct Job {
     reply: oneshot::Sender<Result<Persisted, StoreError>>,
 }
 
-/// Drops the pending entries of written bookings (`lua/persisted.lua`), a batch at a time.
+/// Drops the pending entries of written bookings (`scripts::persisted_call`, a `ZREM`), a batch at
+/// a time.
 #[derive(Clone)]
 pub struct PersistedMarks {
     pub link: Arc<RedisLink>,
-    pub scripts: Arc<Scripts>,
     pub crash: FaultPlan,
     /// Where a mark that finds a fresh hold's pending entry gone asks for a heal.
     pub heal: Arc<HealWanted>,
 }
 
 impl PersistedMarks {
-    /// Marks every booking the database now holds for its admission: one script call per event
+    /// Marks every booking the database now holds for its admission: one `ZREM` per event
     /// of the batch (a sale is one event), all in one pipeline. A failure is left to the reaper,
     /// which finds those rows persisted and drops the entries itself.
     ///
@@ -107,7 +107,7 @@ impl PersistedMarks {
         let groups: Vec<&[(&HoldItem, bool)]> = held.chunk_by(|a, b| a.0.event == b.0.event && a.1 == b.1).collect();
         let calls = groups.iter().map(|group| {
             let keys = EventKeys::new(&group[0].0.event);
-            self.scripts.persisted_batch_call(&keys, group.iter().map(|(i, _)| &i.admission))
+            persisted_call(&keys, group.iter().map(|(i, _)| &i.admission))
         });
         match self.run(calls.collect()).await {
             Ok(replies) => {
@@ -148,18 +148,7 @@ impl PersistedMarks {
     /// The pipeline's replies, one per call.
     async fn run_pipeline(&self, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<Value>> {
         let mut conn = self.link.shared().await?;
-        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
-        let noscript = replies.iter().any(|v| match v {
-            Value::ServerError(e) => is_noscript(&e.clone().into()),
-            _ => false,
-        });
-        if noscript {
-            // The script cache was emptied (restart, failover): load it and run the batch again;
-            // the script is idempotent.
-            self.scripts.persisted.load(&mut conn).await?;
-            return pipe.query_async(&mut conn).await;
-        }
-        Ok(replies)
+        pipe.query_async(&mut conn).await
     }
 }
 

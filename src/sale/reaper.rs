@@ -9,7 +9,7 @@
 use crate::domain::admission::Admission;
 use crate::domain::code::CodeHash;
 use crate::domain::event::EventId;
-use crate::redis_io::keys::{EventKeys, EVENTS_KEY};
+use crate::redis_io::keys::{parse_pending_member, EventKeys, EVENTS_KEY};
 use crate::redis_io::scripts::Offer;
 use crate::sale::settle::Settled;
 use crate::sale::stats::Stats;
@@ -148,11 +148,11 @@ impl Sale {
         let keys = EventKeys::new(event);
         let (cutoff_ms, stale) = self.stale_pending(&keys).await?;
         let mut report = ReapReport::default();
-        for (code, record) in stale {
+        for (code, entry_id, record) in stale {
             let Some(admission) = record.and_then(|r| Admission::from_record(code, &r)) else { continue };
             // Judge the record itself: the code may have been released and admitted afresh
-            // since its pending entry was read.
-            if admission.admitted_ms > cutoff_ms {
+            // since its pending entry was read (then the record is another admission's).
+            if admission.id != entry_id || admission.admitted_ms > cutoff_ms {
                 continue;
             }
             let settled = match self.settle(event, &keys, &admission, false).await {
@@ -184,11 +184,11 @@ impl Sale {
     }
 
     /// Pending entries older than the persist timeout, judged by Redis's clock (the clock that
-    /// stamped them), with their records.
-    async fn stale_pending(&self, keys: &EventKeys) -> RedisResult<(i64, Vec<(CodeHash, Option<String>)>)> {
+    /// stamped them): each entry's code and admission id, with the code's record.
+    async fn stale_pending(&self, keys: &EventKeys) -> RedisResult<(i64, Vec<(CodeHash, String, Option<String>)>)> {
         let mut conn = self.link.shared().await?;
         let cutoff_ms = conn.now_ms(&keys.pending).await? - self.settings.persist_timeout.as_millis() as i64;
-        let codes: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+        let members: Vec<String> = redis::cmd("ZRANGEBYSCORE")
             .arg(&keys.pending)
             .arg("-inf")
             .arg(cutoff_ms)
@@ -197,7 +197,13 @@ impl Sale {
             .arg(REAP_BATCH_MAX)
             .query_async(&mut conn)
             .await?;
-        let codes: Vec<CodeHash> = codes.iter().filter_map(|c| CodeHash::from_hex(c)).collect();
+        let (codes, ids): (Vec<CodeHash>, Vec<String>) = members
+            .iter()
+            .filter_map(|m| {
+                let (code, id) = parse_pending_member(m)?;
+                Some((CodeHash::from_hex(code)?, id.to_owned()))
+            })
+            .unzip();
         if codes.is_empty() {
             return Ok((cutoff_ms, Vec::new()));
         }
@@ -206,6 +212,6 @@ impl Sale {
             .arg(codes.iter().map(CodeHash::as_str).collect::<Vec<_>>())
             .query_async(&mut conn)
             .await?;
-        Ok((cutoff_ms, codes.into_iter().zip(records).collect()))
+        Ok((cutoff_ms, codes.into_iter().zip(ids).zip(records).map(|((c, id), r)| (c, id, r)).collect()))
     }
 }

@@ -10,7 +10,7 @@
 use crate::domain::admission::Admission;
 use crate::domain::event::{now_ms, EventId};
 use crate::redis_io::keys::EventKeys;
-use crate::redis_io::scripts::{decode_freed, Freed};
+use crate::redis_io::scripts::{decode_freed, persisted_call, Freed};
 use crate::sale::Sale;
 use crate::store::ReapOutcome;
 
@@ -39,7 +39,7 @@ impl Sale {
     ) -> anyhow::Result<Settled> {
         match self.store.reap(event, admission, now_ms()).await? {
             ReapOutcome::Persisted => {
-                self.run_script(&self.scripts.persisted, self.scripts.persisted_call(keys, admission)).await?;
+                self.run_command(persisted_call(keys, [admission])).await?;
                 Ok(Settled::Persisted)
             }
             ReapOutcome::Released | ReapOutcome::AlreadyReleased | ReapOutcome::OtherHolds => {

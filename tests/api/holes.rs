@@ -5,6 +5,7 @@ use crate::helpers::{nonce, spawn_app, AppOptions, Backend, TestApp, OPERATOR_TO
 use seatrush::domain::admission::Admission;
 use seatrush::domain::nonce::Nonce;
 use seatrush::ops::{loader, reconcile};
+use seatrush::redis_io::keys::pending_member;
 use seatrush::sale::committer::{AdmitCall, Committed};
 use seatrush::store::{HoldOutcome, Release};
 use std::time::Duration;
@@ -121,8 +122,11 @@ async fn the_database_answers_a_retry_by_its_nonce_postgres() {
 /// count down.
 fn forget_in_redis(app: &TestApp, code: &str, slot: i64) {
     let hash = app.hash(code);
+    let record: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(hash.as_str()));
+    if let Some(id) = record.as_deref().and_then(|r| r.split(' ').nth(1)) {
+        app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.pending).arg(pending_member(hash.as_str(), id)));
+    }
     app.redis::<()>(redis::cmd("HDEL").arg(&app.keys.adm).arg(hash.as_str()));
-    app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.pending).arg(hash.as_str()));
     app.redis::<()>(redis::cmd("ZADD").arg(&app.keys.free).arg(slot).arg(slot));
     app.redis::<()>(redis::cmd("HINCRBY").arg(&app.keys.taken).arg("A1").arg(-1));
 }

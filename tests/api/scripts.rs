@@ -5,9 +5,9 @@ use seatrush::domain::admission::Admission;
 use seatrush::domain::event::EventId;
 use seatrush::domain::nonce::Nonce;
 use seatrush::fault_hooks::FaultPlan;
-use seatrush::redis_io::keys::EventKeys;
+use seatrush::redis_io::keys::{pending_member, EventKeys};
 use seatrush::redis_io::scripts::{
-    admit_replies, decode_attempt, decode_changed, run, AdmitArgs, AdmitReply, ScriptRefusal, Scripts,
+    admit_replies, decode_attempt, decode_changed, persisted_call, run, AdmitArgs, AdmitReply, ScriptRefusal, Scripts,
 };
 use seatrush::sale::committer::{AckPolicy, AdmitCall, Committed, Committer};
 use std::sync::Arc;
@@ -24,6 +24,12 @@ async fn admit(
     let mut conn = app.sale.link().check().await.unwrap();
     let cmd = scripts.admit_call(&app.keys, &app.hash(code), &Nonce::parse(n).unwrap(), level, id);
     AdmitReply::decode_single(run(&mut conn, &scripts.admit, &cmd).await?)
+}
+
+/// The database writer's mark of `batch` (one `ZREM`): the entries it dropped.
+async fn mark(app: &crate::helpers::TestApp, batch: &[&Admission]) -> i64 {
+    let mut conn = app.sale.link().check().await.unwrap();
+    persisted_call(&app.keys, batch.iter().copied()).query_async(&mut conn).await.unwrap()
 }
 
 async fn back(app: &crate::helpers::TestApp, release: bool, adm: &Admission) -> bool {
@@ -95,12 +101,7 @@ async fn undo_needs_the_same_nonce_and_admission_and_a_pending_entry() {
     let other_id = Admission { id: "id-9".into(), ..adm.clone() };
     assert!(!back(&app, false, &other_nonce).await);
     assert!(!back(&app, false, &other_id).await);
-    let scripts = Scripts::new();
-    let mut conn = app.sale.link().check().await.unwrap();
-    assert!(decode_changed(
-        run(&mut conn, &scripts.persisted, &scripts.persisted_call(&app.keys, &adm)).await.unwrap()
-    )
-    .unwrap());
+    assert_eq!(mark(&app, &[&adm]).await, 1);
     assert!(!back(&app, false, &adm).await, "a persisted admission is not undone; only release returns it");
     assert!(back(&app, true, &adm).await);
     assert!(!back(&app, true, &adm).await, "the second release is a no-op");
@@ -135,36 +136,41 @@ async fn undo_and_release_run_on_a_full_redis_but_admit_does_not() {
 }
 
 #[tokio::test]
-async fn one_persisted_call_marks_a_batch_and_only_the_admissions_it_names() {
-    let app = spawn_app(AppOptions { seats: 4, levels: vec![("A1", 4)], replica: false, ..Default::default() }).await;
+async fn one_mark_drops_a_batch_and_only_the_admissions_it_names() {
+    let app = spawn_app(AppOptions { seats: 5, levels: vec![("A1", 5)], replica: false, ..Default::default() }).await;
     let mut admitted = Vec::new();
     for (i, code) in ["CODE-00001", "CODE-00002", "CODE-00003", "CODE-00004"].into_iter().enumerate() {
         let n = nonce(&format!("n{i}"));
         let reply = admit(&app, code, "A1", &n, &format!("id-{i}")).await.unwrap();
         admitted.push(admission(&app, code, &n, &reply));
     }
-    assert_eq!(pending(&app).await.len(), 4);
-    // Admission 1 under a nonce that is not its own and admission 2 under another admission id:
-    // neither is this admission's mark, so both entries stay.
-    let mut stale_nonce = admitted[1].clone();
-    stale_nonce.nonce = Nonce::parse(&nonce("other")).unwrap();
+    // CODE-00005 admitted, released, and admitted again: the mark of its first admission (a
+    // database batch that wrote it before the release) must not drop the second's entry.
+    let n = nonce("first");
+    let first = admission(&app, "CODE-00005", &n, &admit(&app, "CODE-00005", "A1", &n, "id-first").await.unwrap());
+    assert!(back(&app, true, &first).await);
+    let n = nonce("again");
+    let again = admission(&app, "CODE-00005", &n, &admit(&app, "CODE-00005", "A1", &n, "id-again").await.unwrap());
+    assert_eq!(pending(&app).await.len(), 5);
+    // Admission 2 under another admission id is not this admission's mark either.
     let mut stale_id = admitted[2].clone();
     stale_id.id = "id-other".into();
-    let batch = [&admitted[0], &stale_nonce, &stale_id, &admitted[3], &admitted[3]];
-    let scripts = Scripts::new();
-    let mut conn = app.sale.link().check().await.unwrap();
-    let call = scripts.persisted_batch_call(&app.keys, batch.into_iter());
-    let dropped: i64 = redis::from_redis_value(run(&mut conn, &scripts.persisted, &call).await.unwrap()).unwrap();
-    assert_eq!(dropped, 2, "one drop each for admissions 0 and 3; the repeat of 3 finds its entry gone");
-    let left = pending(&app).await;
-    assert_eq!(left.len(), 2, "{left:?}");
-    assert!(
-        left.contains(&admitted[1].code.as_str().to_string()) && left.contains(&admitted[2].code.as_str().to_string()),
-        "{left:?}"
+    let batch = [&admitted[0], &first, &stale_id, &admitted[3], &admitted[3]];
+    assert_eq!(
+        mark(&app, &batch).await,
+        2,
+        "one drop each for admissions 0 and 3; the repeat of 3 finds its entry gone"
     );
+    let left = pending(&app).await;
+    let named = |a: &Admission| pending_member(a.code.as_str(), &a.id);
+    assert_eq!(left.len(), 3, "{left:?}");
+    for a in [&admitted[1], &admitted[2], &again] {
+        assert!(left.contains(&named(a)), "{left:?} keeps {}", named(a));
+    }
     // Marked admissions are no longer undone; the ones the batch left are.
     assert!(!back(&app, false, &admitted[0]).await);
     assert!(back(&app, false, &admitted[1]).await);
+    assert!(back(&app, false, &again).await, "the later admission is still pending, so still undone");
 }
 
 async fn pending(app: &crate::helpers::TestApp) -> Vec<String> {

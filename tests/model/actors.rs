@@ -32,13 +32,13 @@ pub enum Pc {
     Wait { adm: Record, epoch: u8 },
     /// The database write (`hold`).
     Hold { adm: Record },
-    /// persisted.lua, then the answer. `fresh`: the persister's mark of a fresh hold (`Held`),
+    /// the mark (a `ZREM` of its entry), then the answer. `fresh`: the persister's mark of a fresh hold (`Held`),
     /// whose pending entry must be there; gone, Redis lost it, and the mark asks for a heal.
     Persist { adm: Record, answer: Answer, fresh: bool },
     /// A final refusal (a script's -1/-2/-3/-6, a gate's `closed`) before it is answered: the
     /// read of the code's row (`Sale::script_refusal`, `Sale::attempt_row`).
     CheckRow { answer: Answer },
-    /// `claim_released`, then undo.lua or persisted.lua, then the answer.
+    /// `claim_released`, then undo.lua or the mark, then the answer.
     Settle { adm: Record, seat_held: bool, answer: Answer },
     /// undo.lua, then the answer.
     Undo { adm: Record, seat_held: bool, answer: Answer },
@@ -85,7 +85,7 @@ pub struct Client {
 /// One unit of a job's work.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Task {
-    /// Reaper: `claim_released`, then undo.lua or persisted.lua.
+    /// Reaper: `claim_released`, then undo.lua or the mark.
     ReapClaim {
         code: u8,
         adm: Record,

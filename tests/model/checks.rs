@@ -312,3 +312,25 @@ fn probe_a_bound() {
     };
     check_all(SeatRush::new(bounds, Switches::default()), &format!("probe {spec}"));
 }
+
+/// Issue 32: one code that retries and books again, cancelled once, with a crash: a booking's
+/// mark can come after its cancel and the code's next admission.
+pub fn one_code_cancelled_with_a_crash() -> Bounds {
+    Bounds { cancels: 1, crashes: 1, ..world(vec![0], vec![2], vec![2]) }
+}
+
+#[test]
+fn one_code_cancelled_with_a_crash_keeps_every_property() {
+    check_all(SeatRush::new(one_code_cancelled_with_a_crash(), Switches::default()), "one code, cancel, crash");
+}
+
+/// Issue 32: pending entries named by the code alone make a mark a `ZREM` of the code. The mark
+/// of a booking cancelled before its mark ran drops the entry of the code's next admission, whose
+/// serve then crashes before its database write: no reaper ever settles it, and Redis keeps a
+/// seat the database does not hold (11 steps).
+#[test]
+fn a_mark_by_code_drops_a_later_admissions_entry() {
+    let model =
+        SeatRush::new(one_code_cancelled_with_a_crash(), Switches { mark_by_code: true, ..Switches::default() });
+    assert_eq!(find_counterexample(model, "mark_by_code"), "at quiescence Redis matches the database");
+}

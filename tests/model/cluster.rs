@@ -313,7 +313,7 @@ impl ClusterModel {
         Some(())
     }
 
-    /// The database's hold (one seat per event row, one row per code), then persisted.lua on the
+    /// The database's hold (one seat per event row, one row per code), then the mark on the
     /// event's owner; a seat the database already gives another row is undone and answered 503.
     fn hold(n: &mut ClusterState, event: usize, code: u8, aid: u8, seat: u8) -> Client {
         let c = code as usize;
@@ -327,7 +327,7 @@ impl ClusterModel {
             }
             None => n.rows[c] = Some(Row { aid, seat }),
         }
-        n.events[event].run(&CAPS, Call::Persisted { code, nonce: 1, aid }, None, false);
+        n.events[event].run(&CAPS, Call::Persisted { code, aid, by_code: false }, None, false);
         Client::Told201
     }
 

@@ -1,5 +1,5 @@
-//! "The model decides as the code does": the model's admit, undo, release and persisted
-//! (`scripts.rs`) and the real scripts of `lua/` run on the same random inputs, the real ones
+//! "The model decides as the code does": the model's admit, undo, release and persisted mark
+//! (`scripts.rs`) and the real scripts of `lua/` (and the mark's `ZREM`) run on the same random inputs, the real ones
 //! against the Redis at 127.0.0.1:6379 under a key prefix of their own; replies and resulting
 //! keyspaces must agree. Time (`admitted-ms`, pending scores) is the one thing not compared.
 
@@ -7,6 +7,7 @@ use crate::scripts::{AdmitReply, Call, Marker, Record, Redis};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;
+use seatrush::redis_io::keys::{parse_pending_member, pending_member};
 use seatrush::redis_io::scripts::with_offer;
 use std::sync::LazyLock;
 
@@ -18,7 +19,6 @@ const HEAL_SEATS: &str = include_str!("../../lua/heal_seats.lua");
 const LOCK_OWNER: &str = "model-heal";
 const UNDO: &str = include_str!("../../lua/undo.lua");
 const RELEASE: &str = include_str!("../../lua/release.lua");
-const PERSISTED: &str = include_str!("../../lua/persisted.lua");
 const MOVE: &str = include_str!("../../lua/move.lua");
 const MOVE_SETTLE: &str = include_str!("../../lua/move_settle.lua");
 /// The scripts that make room, with the offer to the waiting list spliced in as `serve` loads them
@@ -138,9 +138,9 @@ fn random_state(rng: &mut StdRng, held: f64) -> (Redis, Vec<u8>) {
             if rng.random_bool(0.6) {
                 redis.pending |= 1 << c;
             }
-        } else if rng.random_bool(0.1) {
-            redis.pending |= 1 << c; // an entry without a record: the scripts must cope
         }
+        // No entry without its record: each entry names its code's record's admission, and every
+        // script keeps it so (read_back checks it after every call).
     }
     for t in &mut redis.taken {
         *t += rng.random_range(0..=1);
@@ -169,7 +169,7 @@ fn random_call(rng: &mut StdRng) -> Call {
         },
         1 => Call::Undo { code, nonce, aid, seat_held: rng.random_bool(0.3) },
         2 => Call::Release { code, nonce, aid },
-        3 => Call::Persisted { code, nonce, aid },
+        3 => Call::Persisted { code, aid, by_code: false },
         4 => Call::HealAdd {
             code,
             record: Record { nonce, aid, slot: rng.random_range(1..=SEATS_MAX), level: rng.random_range(0..LEVELS) },
@@ -228,9 +228,9 @@ fn a_batch_of_admits_decides_as_the_admits_one_after_another() {
     assert!(seen.get("admitted in one call: 3").copied().unwrap_or(0) > 10, "too few calls admitting three: {seen:?}");
 }
 
-/// The database writer marks its whole batch in one persisted.lua call, which reads every mark's
-/// record in one HMGET and drops every matching entry in one ZREM: the call must drop what the
-/// marks one after another would (two marks of one code included), and count them alike.
+/// The database writer marks its whole batch in one `ZREM` of the entries its admissions name:
+/// the call must drop what the marks one after another would (two marks of one code included),
+/// and count them alike, and never an entry of another admission of the code.
 #[test]
 fn a_batch_of_marks_drops_as_the_marks_one_after_another() {
     let client = redis::Client::open(REDIS_URL).expect("redis url");
@@ -246,29 +246,23 @@ fn a_batch_of_marks_drops_as_the_marks_one_after_another() {
             .map(|_| {
                 let code = rng.random_range(0..CODES);
                 match before.records[code as usize] {
-                    Some(r) if rng.random_bool(0.7) => Call::Persisted { code, nonce: r.nonce, aid: r.aid },
-                    _ => Call::Persisted { code, nonce: rng.random_range(0..2), aid: rng.random_range(0..3) },
+                    Some(r) if rng.random_bool(0.7) => Call::Persisted { code, aid: r.aid, by_code: false },
+                    _ => Call::Persisted { code, aid: rng.random_range(0..3), by_code: false },
                 }
             })
             .collect();
         let mut model = before.clone();
         let expected: i64 = marks.iter().map(|&m| i64::from(model.apply(&caps, m).1)).sum();
         load(&mut keys, &before, &caps);
-        let args: Vec<String> = marks
+        let members: Vec<String> = marks
             .iter()
-            .flat_map(|m| {
-                let Call::Persisted { code: c, nonce, aid } = *m else { unreachable!("marks only") };
-                [code(c), format!("n{nonce}"), format!("a{aid}")]
+            .map(|m| {
+                let Call::Persisted { code: c, aid, .. } = *m else { unreachable!("marks only") };
+                pending_member(&code(c), &format!("a{aid}"))
             })
             .collect();
-        let real: i64 = redis::cmd("EVAL")
-            .arg(PERSISTED)
-            .arg(2)
-            .arg(&keys.adm)
-            .arg(&keys.pending)
-            .arg(&args)
-            .query(&mut keys.conn)
-            .expect("persisted.lua");
+        let real: i64 =
+            redis::cmd("ZREM").arg(&keys.pending).arg(&members).query(&mut keys.conn).expect("the marks' ZREM");
         let context = || format!("seed {seed:#x}, case {case}: {marks:?} on {before:?}");
         assert_eq!(real, expected, "{}: entries dropped", context());
         assert_eq!(read_back(&mut keys), model, "{}: keyspaces differ", context());
@@ -315,8 +309,9 @@ fn load(keys: &mut Keys, redis: &Redis, caps: &[u8]) {
         if let Some(r) = record {
             pipe.cmd("HSET").arg(&keys.adm).arg(code(c as u8)).arg(record_text(r)).ignore();
         }
-        if redis.pending & (1 << c) != 0 {
-            pipe.cmd("ZADD").arg(&keys.pending).arg(1_700_000_000_000i64).arg(code(c as u8)).ignore();
+        if let (Some(r), true) = (record, redis.pending & (1 << c) != 0) {
+            let member = pending_member(&code(c as u8), &format!("a{}", r.aid));
+            pipe.cmd("ZADD").arg(&keys.pending).arg(1_700_000_000_000i64).arg(member).ignore();
         }
     }
     for seat in 0..16u8 {
@@ -369,8 +364,9 @@ fn run_real(keys: &mut Keys, calls: &[Call]) -> Vec<redis::RedisResult<Value>> {
             vec![&keys.adm, &keys.taken, &keys.free, &keys.pending, &keys.syncs],
             vec![code(c), format!("n{nonce}"), format!("a{aid}")],
         ),
-        Call::Persisted { code: c, nonce, aid } => {
-            (PERSISTED, vec![&keys.adm, &keys.pending], vec![code(c), format!("n{nonce}"), format!("a{aid}")])
+        Call::Persisted { code: c, aid, .. } => {
+            let member = pending_member(&code(c), &format!("a{aid}"));
+            return vec![redis::cmd("ZREM").arg(&keys.pending).arg(member).query(&mut keys.conn)];
         }
         Call::HealSeats { seat, .. } => (
             &HEAL_SEATS_SERVED,
@@ -458,7 +454,11 @@ fn read_back(keys: &mut Keys) -> Redis {
         redis.bases.extend(base);
     }
     redis.free = free.iter().fold(0, |bits, &seat| bits | 1 << (seat - 1));
-    redis.pending = pending.iter().fold(0, |bits, c| bits | 1 << code_of(c));
+    let entries: Vec<(u8, &str)> = pending
+        .iter()
+        .map(|m| parse_pending_member(m).map(|(c, aid)| (code_of(c), aid)).unwrap_or_else(|| panic!("entry {m:?}")))
+        .collect();
+    redis.pending = entries.iter().fold(0, |bits, (c, _)| bits | 1 << c);
     for (name, text) in adm {
         let parts: Vec<&str> = text.split(' ').collect();
         assert_eq!(parts.len(), 5, "record {text:?}");
@@ -472,6 +472,15 @@ fn read_back(keys: &mut Keys) -> Redis {
             level: number(parts[3], "L"),
         };
         redis.records[code_of(&name) as usize] = Some(record);
+    }
+    // The mark drops an entry by the admission it names, so an entry must name its code's record.
+    for (c, aid) in &entries {
+        let named = redis.records[*c as usize].map(|r| format!("a{}", r.aid));
+        assert_eq!(
+            named.as_deref(),
+            Some(*aid),
+            "every pending entry names its code's record's admission: {pending:?}"
+        );
     }
     for (name, count) in taken {
         let l: usize = name.strip_prefix('L').and_then(|n| n.parse().ok()).expect("a level this test wrote");

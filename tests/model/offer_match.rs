@@ -10,6 +10,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;
+use seatrush::redis_io::keys::{parse_pending_member, pending_member};
 use seatrush::redis_io::scripts::with_offer;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -167,7 +168,8 @@ impl Keys {
             pipe.cmd("HSET").arg(self.key("adm")).arg(code).arg(format!("{nonce} {id} {seat} {level} 5")).ignore();
         }
         for code in &w.pending {
-            pipe.cmd("ZADD").arg(self.key("pending")).arg(5).arg(code).ignore();
+            let member = pending_member(code, &w.adm[code].1);
+            pipe.cmd("ZADD").arg(self.key("pending")).arg(5).arg(member).ignore();
         }
         for (seq, level, code) in &w.waitq {
             pipe.cmd("ZADD").arg(self.key("waitq")).arg(0).arg(format!("{level} {seq:015} {code}")).ignore();
@@ -195,7 +197,15 @@ impl Keys {
             })
             .collect();
         let pending: Vec<String> = redis::cmd("ZRANGE").arg(self.key("pending")).arg(0).arg(-1).query(conn).unwrap();
-        w.pending = pending.into_iter().collect();
+        // Each entry names its code's record's admission ("code admission-id").
+        w.pending = pending
+            .iter()
+            .map(|m| {
+                let (code, id) = parse_pending_member(m).unwrap_or_else(|| panic!("entry {m:?}"));
+                assert_eq!(w.adm.get(code).map(|r| r.1.as_str()), Some(id), "entry {m:?} names its record");
+                code.to_owned()
+            })
+            .collect();
         let waitq: Vec<String> = redis::cmd("ZRANGE").arg(self.key("waitq")).arg(0).arg(-1).query(conn).unwrap();
         let mut waitq: Vec<(u32, String, String)> = waitq
             .iter()

@@ -150,7 +150,7 @@ pub fn drain(m: &SeatRush, s: &State) -> State {
             let (nonce, aid) = (adm.nonce, adm.aid);
             match s.db.claim_released(code, adm, m.arbiter()) {
                 crate::arbiter::ClaimOutcome::Persisted => {
-                    s.redis.run(caps, Call::Persisted { code, nonce, aid }, None, true);
+                    s.redis.run(caps, Call::Persisted { code, aid, by_code: false }, None, true);
                 }
                 _ => {
                     s.redis.run(caps, Call::Undo { code, nonce, aid, seat_held: false }, None, true);

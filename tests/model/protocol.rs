@@ -116,6 +116,10 @@ pub struct Switches {
     /// A final refusal only reads the row, it does not spend the attempt (no fence): a stalled
     /// hold write of the same attempt may land after the read, and the refused nonce holds a seat.
     pub refusal_not_fenced: bool,
+    /// Pending entries named by the code alone (before issue 32's last pass they were, and
+    /// persisted.lua read the record to check the admission): a mark is then a `ZREM` of the
+    /// code, which drops whatever admission of the code is pending, a later one's included.
+    pub mark_by_code: bool,
 }
 
 /// The checked system: its bounds and which of today's bugs are switched back on.

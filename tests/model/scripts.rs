@@ -111,10 +111,13 @@ pub enum Call {
         nonce: u8,
         aid: u8,
     },
+    /// The database writer's mark: `ZREM` of the entry named "code admission-id"
+    /// (`scripts::persisted_call`). `by_code` only with the `mark_by_code` switch: the entry is
+    /// named by the code alone, so a mark drops whatever admission of the code is pending.
     Persisted {
         code: u8,
-        nonce: u8,
         aid: u8,
+        by_code: bool,
     },
     /// heal.lua for one holder Redis lost: only if the code has no record, its record, count
     /// and seat come back. `beside: true` only with the `heal_writes_beside_in_flight` switch
@@ -218,8 +221,8 @@ impl Redis {
                 let changed = self.release(code, nonce, aid);
                 (None, changed, if changed { Write::Changed } else { Write::Touch })
             }
-            Call::Persisted { code, nonce, aid } => {
-                let changed = self.persisted(code, nonce, aid);
+            Call::Persisted { code, aid, by_code } => {
+                let changed = self.persisted(code, aid, by_code);
                 (None, changed, if changed { Write::Changed } else { Write::Nothing })
             }
             Call::HealAdd { code, record, beside, ignore_moves } => {
@@ -432,9 +435,14 @@ impl Redis {
         true
     }
 
-    /// persisted.lua: drop the pending entry of this nonce and admission id.
-    pub fn persisted(&mut self, code: u8, nonce: u8, aid: u8) -> bool {
-        if self.record_of(code, nonce, aid).is_none() || self.pending & (1 << code) == 0 {
+    /// The mark: drop the pending entry of this admission id. The model keeps one pending bit a
+    /// code, the entry of the code's record: every script that writes or removes a record's
+    /// admission writes or removes its entry in the same call (lua_match checks every entry
+    /// names its code's record), so the entry "code aid" exists exactly when the bit is set and
+    /// the record is admission `aid`.
+    pub fn persisted(&mut self, code: u8, aid: u8, by_code: bool) -> bool {
+        let named = by_code || self.records[code as usize].is_some_and(|r| r.aid == aid);
+        if !named || self.pending & (1 << code) == 0 {
             return false;
         }
         self.pending &= !(1 << code);

@@ -343,7 +343,7 @@ fn request_step(m: &SeatRush, s: &mut State, i: usize, acked: bool) {
             HoldOutcome::Spent(told) => settle(m, adm, false, told),
         },
         Pc::Persist { adm, answer, fresh } => {
-            let call = Call::Persisted { code, nonce: adm.nonce, aid: adm.aid };
+            let call = Call::Persisted { code, aid: adm.aid, by_code: m.switches.mark_by_code };
             let (_, dropped) = s.redis.run_at(r.serve, m.caps(), call, None, true);
             // A fresh hold is still pending: an entry that is gone was lost with Redis's data
             // (a hold that landed after a rebuild or a heal read the holders).
@@ -499,7 +499,8 @@ fn job_step(m: &SeatRush, s: &mut State, j: usize, acked: bool) {
             None
         }
         Task::ReapPersisted { code, adm } => {
-            s.redis.run_at(serve, m.caps(), Call::Persisted { code, nonce: adm.nonce, aid: adm.aid }, None, true);
+            let call = Call::Persisted { code, aid: adm.aid, by_code: m.switches.mark_by_code };
+            s.redis.run_at(serve, m.caps(), call, None, true);
             None
         }
         Task::Expire { code, aid } => s.db.expire(code, aid).map(|row| {

@@ -122,7 +122,7 @@ enum Stage {
     Wait,
     /// The persister's write.
     Hold,
-    /// persisted.lua.
+    /// The mark (a `ZREM` of the entry its admission names).
     Persist,
 }
 
