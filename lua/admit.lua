@@ -174,7 +174,7 @@ if #admitted > 0 then
     end
   end
   if whole > 0 then
-    local seats = redis.call('ZPOPMIN', KEYS[4], whole)
+    local seats = redis.call('ZPOPMIN', KEYS[4], string.format('%d', whole))
     for k = 1, whole do
       pool[k] = seats[2 * k - 1]
     end
@@ -189,7 +189,9 @@ if #admitted > 0 then
   local pending = {}
   local next_whole = 0
   -- Concatenation, and the clock turned to text once: string.format calls sprintf for every
-  -- item, five an admission (issue 32).
+  -- item, five an admission (issue 32). Numbers handed to redis.call are text too: Redis 7.0
+  -- turns each Lua number argument into text with a "%.17g" snprintf, about 3,000 instructions
+  -- a number, so the scores are the clock's text and the counts are formatted as integers.
   local at = string.format('%d', now)
   for _, i in ipairs(admitted) do
     local code, a = codes[i], replies[i]
@@ -203,7 +205,7 @@ if #admitted > 0 then
     end
     records[code] = a.nonce .. ' ' .. a.id .. ' ' .. seat .. ' ' .. a.level .. ' ' .. at
     a.reply = {tonumber(seat), now, a.id, a.level}
-    pending[#pending + 1] = now
+    pending[#pending + 1] = at
     pending[#pending + 1] = code .. ' ' .. a.id
   end
   -- Every level's new count in one HSET, from the count read above: nothing else wrote it since.
@@ -211,7 +213,7 @@ if #admitted > 0 then
   for _, lvl in ipairs(levels) do
     if added[lvl] > 0 then
       counts[#counts + 1] = lvl
-      counts[#counts + 1] = taken[lvl]
+      counts[#counts + 1] = string.format('%d', taken[lvl])
     end
   end
   redis.call('HSET', KEYS[2], unpack(counts))

@@ -23,7 +23,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument('dir')
     p.add_argument('n', type=int)
-    p.add_argument('batch', type=int)
+    p.add_argument('batch', type=float,
+                   help='attempts a round; a fraction mixes the two sizes around it to that average '
+                        '(3.7: rounds of 3 and 4, as a committer under load sends them)')
     p.add_argument('sha', help="admit.lua's SHA, loaded on the server")
     p.add_argument('--form', choices=['many', 'one'], default='many')
     p.add_argument('--levels', type=int, default=1, help='levels asked for in turn: A1, B1, C1')
@@ -45,9 +47,17 @@ def main():
     with open(a.dir + '/calls.resp', 'wb') as f:
         codes = [hashlib.sha256(b'%s %d' % (a.tag.encode(), i)).hexdigest() for i in range(a.n)]
         unmarked = []
-        for r in range(0, a.n, a.batch):
+        # Round k ends after floor((k + 1) * batch) attempts: sizes floor(batch) and ceil(batch),
+        # averaging batch.
+        ends = []
+        while not ends or ends[-1] < a.n:
+            ends.append(min(a.n, int((len(ends) + 1) * a.batch)))
+        starts = [0] + ends[:-1]
+        for r, end in zip(starts, ends):
+            if end == r:
+                continue
             attempts = [(c, 'nonce-' + c[:16], levels[(r + j) % len(levels)], 'adm-' + c[:24])
-                        for j, c in enumerate(codes[r:r + a.batch])]
+                        for j, c in enumerate(codes[r:end])]
             if a.form == 'one':
                 for t in attempts:
                     f.write(resp('EVALSHA', a.sha, len(keys), *keys, *t))

@@ -4,7 +4,8 @@
 # A private redis-server (no replica) under `valgrind --tool=callgrind`, a free-seat pool, then N
 # admissions of fresh codes in rounds of BATCH attempts, each round followed by `WAIT 0 0` as a
 # committer round is, all sent by `redis-cli --pipe`.
-# Usage: scripts/redis-instructions.sh ADMIT_LUA BATCH [N]
+# Usage: scripts/redis-instructions.sh ADMIT_LUA BATCH [N]   (BATCH may be a fraction: 3.7 mixes
+#   rounds of 3 and 4 to that average, as a committer's rounds under load come)
 #   FORM=many (default): BATCH attempts in one call (groups of five arguments, admit.lua since
 #   issue 10's sixth pass); FORM=one: BATCH calls of one attempt each (four arguments, the
 #   admit.lua before it: `git show 7180ad0:lua/admit.lua`).
