@@ -86,6 +86,16 @@ impl Topology {
         let sale = Arc::new(Sale::new(link, store.clone(), settings, FaultPlan::none())?);
 
         let logs = tempfile::Builder::new().prefix("seatrush-faults-").tempdir()?;
+        // SEATRUSH_FAULTS_LOGS=DIR keeps the serves' logs there (at SEATRUSH_FAULTS_SERVE_LOG's
+        // level, `warn` without it), for a run whose violation needs reading after the fact.
+        let log_dir: std::path::PathBuf = match std::env::var_os("SEATRUSH_FAULTS_LOGS") {
+            Some(dir) => {
+                std::fs::create_dir_all(&dir)?;
+                dir.into()
+            }
+            None => logs.path().into(),
+        };
+        let serve_log = std::env::var("SEATRUSH_FAULTS_SERVE_LOG").unwrap_or_else(|_| "warn".into());
         let mut env: Vec<(String, String)> = vec![
             ("SEATRUSH_REDIS_URL".into(), redis_url.clone()),
             ("SEATRUSH_DATABASE_URL".into(), db.url.clone()),
@@ -93,7 +103,7 @@ impl Topology {
             ("SEATRUSH_REAPER_INTERVAL_MS".into(), "200".into()),
             ("SEATRUSH_OPERATOR_TOKEN".into(), OPERATOR_TOKEN.into()),
             ("SEATRUSH_PAYMENT_WEBHOOK_SECRET".into(), WEBHOOK_SECRET.into()),
-            ("SEATRUSH_LOG".into(), "warn".into()),
+            ("SEATRUSH_LOG".into(), serve_log),
             ("SEATRUSH_COMMIT_CONNECTIONS".into(), options.commit_connections.max(2).to_string()),
             // The crowd comes from one address and sends unregistered codes on purpose: neither
             // the refusal limit nor the guess guard (tests/api/edge.rs holds them) may turn the
@@ -104,9 +114,7 @@ impl Topology {
         if let Some(guard) = &options.broken_guard {
             env.push(("SEATRUSH_BREAK_GUARD".into(), guard.clone()));
         }
-        let fleet =
-            Fleet::start(ServeSpec { bin: options.bin.clone(), env, log_dir: logs.path().into() }, options.serves)
-                .await?;
+        let fleet = Fleet::start(ServeSpec { bin: options.bin.clone(), env, log_dir }, options.serves).await?;
         let dial = Arc::new(LossDial::default());
         let mut client_urls = Vec::new();
         for url in fleet.urls() {
