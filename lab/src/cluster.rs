@@ -69,7 +69,7 @@ impl TestCluster {
         let data = tempfile::Builder::new().prefix("seatrush-cluster-").tempdir()?;
         let mut nodes = Vec::new();
         for _ in 0..primaries * (1 + replicas) {
-            nodes.push(start_node(&options, data.path(), free_port()?)?);
+            nodes.push(start_fresh_node(&options, data.path())?);
         }
         let cluster = Self { nodes, dead: Vec::new(), paused: Mutex::new(Vec::new()), tls, options, data };
         let mut create = Command::new("redis-cli");
@@ -380,6 +380,33 @@ impl TestCluster {
         self.any_live_port()
             .and_then(|p| self.command::<String>(p, redis::cmd("CLUSTER").arg("NODES")))
             .unwrap_or_else(|e| format!("({e})"))
+    }
+}
+
+/// A port for a cluster node whose bus port (the port + 10000) is free too: a node that finds its
+/// bus port taken exits at start-up, and tests running at once each start clusters.
+fn free_node_port() -> anyhow::Result<u16> {
+    for _ in 0..100 {
+        let port = free_port()?;
+        if port <= u16::MAX - 10_000 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port with a free bus port (the port + 10000) in 100 tries")
+}
+
+/// A new cluster node on a port of its own. Another process may take the port or its bus port
+/// between the check and the node's start, so a node that fails to start is tried again on other
+/// ports, three times in all; the last error is the answer.
+fn start_fresh_node(options: &RedisOptions, data: &std::path::Path) -> anyhow::Result<RedisServer> {
+    let mut attempt = 1;
+    loop {
+        match start_node(options, data, free_node_port()?) {
+            Ok(node) => return Ok(node),
+            Err(e) if attempt == 3 => return Err(e),
+            Err(e) => tracing::warn!(error = %e, "a cluster node did not start; trying other ports"),
+        }
+        attempt += 1;
     }
 }
 
