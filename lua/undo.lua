@@ -39,7 +39,9 @@ local nonce, admission, slot, level = string.match(record, '^(%S+) (%S+) (%d+) (
 if nonce ~= ARGV[2] or admission ~= ARGV[3] then
   return 0
 end
-if not redis.call('ZSCORE', KEYS[4], ARGV[1] .. ' ' .. ARGV[3]) then
+-- The pending entry is named by the admission (src/redis_io/keys.rs pending_member).
+local entry = ARGV[1] .. ' ' .. ARGV[3]
+if not redis.call('ZSCORE', KEYS[4], entry) then
   return 0
 end
 if ARGV[4] ~= 'seat-held' then
@@ -49,5 +51,5 @@ redis.call('HINCRBY', KEYS[2], level, -1)
 local offers = ARGV[5] and offer_room({adm = KEYS[1], pending = KEYS[4], meta = KEYS[5], waitq = KEYS[6],
   waiters = KEYS[7], allow = KEYS[8], cap = KEYS[9], taken = KEYS[2], free = KEYS[3]}, {ARGV[5]}) or {}
 redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1] .. ' ' .. ARGV[3])
+redis.call('ZREM', KEYS[4], entry)
 return offers[1] or 1

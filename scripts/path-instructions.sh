@@ -62,13 +62,13 @@ if [ "$admitted" -ge "$CODES" ]; then
   echo "the load sold out ($admitted of $CODES codes admitted): the refusals after it are in the count; run again with more CODES"; exit 1
 fi
 echo "hot path, rounds of $ROUND, marks $MARKS a call: $admitted admitted in ${loaded_s%.*} s; $((total / admitted)) instructions per admission, $(((total - quiet) / admitted)) without the clock's share ($((quiet / ${loaded_s%.*})) a second when quiet; callgrind dump: $OUT/primary.callgrind, serve's log: $OUT/serve.log, the commands run: $OUT/commands.txt)"
-echo "  the load's rounds: $waits WAITs, $admitted admitted: $(echo "scale=1; $admitted / $waits" | bc) admissions a round; $((evals - waits)) other script calls; $zrems ZREMs (the marks): $(echo "scale=1; $admitted / $zrems" | bc) admissions each"
+ran=$(echo "scale=2; $admitted / $waits" | bc)
+echo "  the load's rounds: $waits WAITs, $admitted admitted: $ran admissions a round; $((evals - waits)) other script calls; $zrems ZREMs (the marks): $(echo "scale=1; $admitted / $zrems" | bc) admissions each"
 # The bare script twice: in rounds of the cap, and in rounds of the size the load's rounds had
 # (a mix of the two sizes around it): a round's fixed cost (the call, its reads and writes, its
 # WAIT: about 126,000 instructions) is a quarter of a round of five's, so rounds that did not fill
 # weigh on the ratio to the first.
 hot=$(((total - quiet) / admitted))
-ran=$(echo "scale=2; $admitted / $waits" | bc)
 for batch in "$ROUND" "$ran"; do
   line=$(REPLICA=1 LEVELS=3 "$(dirname "$0")/redis-instructions.sh" "$(dirname "$0")/../lua/admit.lua" "$batch" 20000 | tail -1)
   echo "$line"

@@ -519,7 +519,7 @@ impl JoinReply {
     }
 }
 
-/// Decodes the 0/1 reply of undo and release (and of a one-admission mark).
+/// Decodes the 0/1 reply of undo and release.
 pub fn decode_changed(value: Value) -> Result<bool, ReplyError> {
     match value {
         Value::Int(1) => Ok(true),

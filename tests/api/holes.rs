@@ -123,8 +123,8 @@ async fn the_database_answers_a_retry_by_its_nonce_postgres() {
 fn forget_in_redis(app: &TestApp, code: &str, slot: i64) {
     let hash = app.hash(code);
     let record: Option<String> = app.redis(redis::cmd("HGET").arg(&app.keys.adm).arg(hash.as_str()));
-    if let Some(id) = record.as_deref().and_then(|r| r.split(' ').nth(1)) {
-        app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.pending).arg(pending_member(hash.as_str(), id)));
+    if let Some(adm) = record.and_then(|r| Admission::from_record(hash.clone(), &r)) {
+        app.redis::<()>(redis::cmd("ZREM").arg(&app.keys.pending).arg(pending_member(hash.as_str(), &adm.id)));
     }
     app.redis::<()>(redis::cmd("HDEL").arg(&app.keys.adm).arg(hash.as_str()));
     app.redis::<()>(redis::cmd("ZADD").arg(&app.keys.free).arg(slot).arg(slot));
